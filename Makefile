@@ -1,0 +1,34 @@
+# hpcmon: every target sets up what it needs (virtualenv, Debian servers) on a fresh machine.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.hpcmon-installed
+PYTHON ?= python3
+
+.PHONY: test demo bench lint servers venv clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -U pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+servers:
+	./scripts/install-servers.sh
+
+test: venv servers
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+demo: venv servers
+	$(PY) -m exporter.demo
+
+bench: venv servers
+	$(PY) benchmarks/run_all.py
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+clean:
+	rm -rf $(VENV) build *.egg-info demo-run bench-results

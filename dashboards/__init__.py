@@ -1,0 +1,1 @@
+"""hpcmon dashboards package."""

@@ -1,0 +1,3 @@
+from dashboards.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,162 @@
+"""``hpcmon-exporter``: one process, collectors switched with ``--collector.<name>``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+
+from prometheus_client import REGISTRY, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+from exporter.collector import Collector
+from exporter.exposition import render_families
+from exporter.web import load_web_config, make_server
+
+log = logging.getLogger("hpcmon.exporter")
+
+DEFAULT_LISTEN_ADDRESS = "127.0.0.1:19325"
+
+# name -> "module:Class"; a module that is not present is simply not offered.
+COLLECTOR_PATHS: dict[str, str] = {
+    "jobstats": "exporter.jobstats.collector:JobstatsCollector",
+    "geopm": "exporter.geopm.collector:GeopmCollector",
+    "jobs": "exporter.node_jobs:NodeJobsCollector",
+}
+
+
+def available_collectors() -> dict[str, type[Collector]]:
+    found: dict[str, type[Collector]] = {}
+    for name, path in COLLECTOR_PATHS.items():
+        module_name, _, class_name = path.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and module_name.startswith(exc.name):
+                continue
+            raise
+        found[name] = getattr(module, class_name)
+    return found
+
+
+def build_parser(collectors: dict[str, type[Collector]]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hpcmon-exporter",
+        description="Prometheus exporter for Lustre jobstats, GEOPM/RAPL power and jobs on the node.",
+    )
+    parser.add_argument("--web.listen-address", dest="web_listen_address",
+                        default=DEFAULT_LISTEN_ADDRESS,
+                        help="host:port to listen on; ':19325' for all interfaces "
+                             f"(default {DEFAULT_LISTEN_ADDRESS})")
+    parser.add_argument("--web.telemetry-path", dest="web_telemetry_path", default="/metrics")
+    parser.add_argument("--web.config.file", dest="web_config_file", default=None,
+                        help="exporter-toolkit web config (TLS, basic auth)")
+    parser.add_argument("--log.level", dest="log_level", default="info",
+                        choices=["debug", "info", "warn", "error"])
+    for name, cls in collectors.items():
+        parser.add_argument(f"--collector.{name}", dest=f"collector_{name}",
+                            action=argparse.BooleanOptionalAction,
+                            default=cls.enabled_by_default,
+                            help=f"{cls.description} (default {'on' if cls.enabled_by_default else 'off'})")
+    for cls in collectors.values():
+        cls.add_arguments(parser)
+    return parser
+
+
+class Exporter:
+    """Renders every enabled collector, isolating failures so one never breaks the scrape."""
+
+    def __init__(self, collectors: Sequence[Collector]) -> None:
+        self.collectors = list(collectors)
+
+    def start(self) -> None:
+        for collector in self.collectors:
+            collector.start()
+
+    def stop(self) -> None:
+        for collector in self.collectors:
+            try:
+                collector.stop()
+            except Exception:  # noqa: BLE001
+                log.exception("stopping collector %s", collector.name)
+
+    def render(self) -> bytes:
+        parts: list[bytes] = []
+        success = GaugeMetricFamily("hpcmon_exporter_collector_success",
+                                    "Whether the collector rendered without error.",
+                                    labels=["collector"])
+        duration = GaugeMetricFamily("hpcmon_exporter_collector_duration_seconds",
+                                     "Time to render the collector's latest snapshot.",
+                                     labels=["collector"])
+        for collector in self.collectors:
+            started = time.perf_counter()
+            try:
+                parts.append(collector.exposition())
+                ok = 1.0
+            except Exception:  # noqa: BLE001
+                log.exception("collector %s failed to render", collector.name)
+                ok = 0.0
+            success.add_metric([collector.name], ok)
+            duration.add_metric([collector.name], time.perf_counter() - started)
+        parts.append(render_families([success, duration]))
+        parts.append(generate_latest(REGISTRY))
+        return b"".join(parts)
+
+
+LANDING_PAGE = """<!DOCTYPE html>
+<html><head><title>hpcmon exporter</title></head>
+<body><h1>hpcmon exporter</h1>
+<p>Collectors: {collectors}</p>
+<p><a href="{path}">Metrics</a></p></body></html>
+"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    collectors = available_collectors()
+    parser = build_parser(collectors)
+    options = parser.parse_args(argv)
+    logging.basicConfig(level=getattr(logging, options.log_level.upper().replace("WARN", "WARNING")),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    enabled = [cls(options) for name, cls in collectors.items() if getattr(options, f"collector_{name}")]
+    if not enabled:
+        parser.error("no collector enabled")
+    try:
+        web_config = load_web_config(options.web_config_file)
+    except (OSError, ValueError) as exc:
+        print(f"hpcmon-exporter: {exc}", file=sys.stderr)
+        return 2
+    exporter = Exporter(enabled)
+    landing = LANDING_PAGE.format(collectors=", ".join(c.name for c in enabled),
+                                  path=options.web_telemetry_path)
+    try:
+        server = make_server(options.web_listen_address, options.web_telemetry_path,
+                             exporter.render, web_config, landing)
+    except (OSError, ValueError) as exc:
+        print(f"hpcmon-exporter: cannot listen on {options.web_listen_address}: {exc}",
+              file=sys.stderr)
+        return 2
+    exporter.start()
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("signal %d, shutting down", signum)
+        stop.set()
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    scheme = "https" if web_config.ssl_context else "http"
+    host, port = server.server_address[:2]
+    log.info("listening on %s://%s:%s%s (collectors: %s)", scheme, host, port,
+             options.web_telemetry_path, ", ".join(c.name for c in enabled))
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        exporter.stop()
+        server.server_close()
+    return 0

@@ -1,0 +1,62 @@
+"""Job id handling shared by every source: Lustre's quoting, site patterns, Slurm."""
+
+from __future__ import annotations
+
+import os
+import re
+
+_HEX_ESCAPE = re.compile(rb"\\x([0-9A-Fa-f]{2})")
+
+
+def decode_lustre_jobid(raw: str) -> str:
+    """Undo Lustre 2.15.2+ quoting: strip the double quotes and resolve ``\\xHH`` escapes.
+
+    Older releases print ids raw (spaces included), so an unquoted id is only stripped.
+    Bytes that are not valid UTF-8 after unescaping are kept as U+FFFD rather than failing.
+    """
+    text = raw.strip()
+    if len(text) >= 2 and text[0] == '"' and text[-1] == '"':
+        text = text[1:-1]
+    if "\\x" not in text:
+        return text
+    data = _HEX_ESCAPE.sub(lambda m: bytes([int(m.group(1), 16)]), text.encode("utf-8", "replace"))
+    return data.decode("utf-8", "replace")
+
+
+class JobIdPattern:
+    """A site's job id layout as a regex with named groups that become extra labels or tags.
+
+    Example: ``(?P<slurm_job>\\d+):(?P<uid>\\d+):(?P<host>.+)`` for ``%j:%u:%H``.
+    Ids that do not match get empty values, so every series of a family has the same labels.
+    """
+
+    def __init__(self, pattern: str | None) -> None:
+        self.regex = re.compile(pattern) if pattern else None
+        self.names: tuple[str, ...] = tuple(self.regex.groupindex) if self.regex else ()
+        self._cache: dict[str, tuple[str, ...]] = {}
+
+    def labels(self, jobid: str) -> tuple[str, ...]:
+        if self.regex is None:
+            return ()
+        hit = self._cache.get(jobid)
+        if hit is not None:
+            return hit
+        match = self.regex.fullmatch(jobid)
+        if match is None:
+            values = ("",) * len(self.names)
+        else:
+            values = tuple(match.group(name) or "" for name in self.names)
+        if len(self._cache) > 200_000:
+            self._cache.clear()
+        self._cache[jobid] = values
+        return values
+
+
+def slurm_job_id(environ: dict[str, str] | None = None) -> str | None:
+    """The job id Slurm gives prolog/epilog scripts and job steps, or None outside Slurm."""
+    env = os.environ if environ is None else environ
+    for key in ("SLURM_JOB_ID", "SLURM_JOBID"):
+        value = env.get(key, "").strip()
+        if value:
+            return value
+    return None

@@ -1,0 +1,1 @@
+"""hpcmon post_job package."""

@@ -1,0 +1,3 @@
+from post_job.cli import main
+
+raise SystemExit(main())

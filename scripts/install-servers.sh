@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Install the real servers the tests and the demo talk to (Debian packages), only when missing.
+set -euo pipefail
+need=()
+command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v influxd >/dev/null 2>&1 || need+=(influxdb)
+command -v victoria-metrics >/dev/null 2>&1 || need+=(victoria-metrics)
+if [ ${#need[@]} -eq 0 ]; then
+    exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+    echo "install-servers: missing ${need[*]} and not root; install them with apt-get" >&2
+    exit 1
+fi
+echo "install-servers: installing ${need[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+# policy-rc.d keeps the packages from starting their own services; tests start private instances.
+printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d.hpcmon
+chmod +x /usr/sbin/policy-rc.d.hpcmon
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+    cp /usr/sbin/policy-rc.d.hpcmon /usr/sbin/policy-rc.d
+    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+fi
+apt-get install -y -q --no-install-recommends "${need[@]}"
+rm -f /usr/sbin/policy-rc.d.hpcmon
