@@ -1,1 +1,1 @@
-"""hpcmon exporter: Lustre jobstats on servers, GEOPM/RAPL power and running jobs on compute nodes."""
+"""hpcmon exporter: Lustre jobstats on servers, GEOPM/RAPL power and jobs on compute nodes."""

@@ -47,22 +47,33 @@ def available_collectors() -> dict[str, type[Collector]]:
 def build_parser(collectors: dict[str, type[Collector]]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hpcmon-exporter",
-        description="Prometheus exporter for Lustre jobstats, GEOPM/RAPL power and jobs on the node.",
+        description="Prometheus exporter: Lustre jobstats, GEOPM/RAPL power, jobs on the node.",
     )
-    parser.add_argument("--web.listen-address", dest="web_listen_address",
-                        default=DEFAULT_LISTEN_ADDRESS,
-                        help="host:port to listen on; ':19325' for all interfaces "
-                             f"(default {DEFAULT_LISTEN_ADDRESS})")
+    parser.add_argument(
+        "--web.listen-address",
+        dest="web_listen_address",
+        default=DEFAULT_LISTEN_ADDRESS,
+        help="host:port to listen on; ':19325' for all interfaces "
+        f"(default {DEFAULT_LISTEN_ADDRESS})",
+    )
     parser.add_argument("--web.telemetry-path", dest="web_telemetry_path", default="/metrics")
-    parser.add_argument("--web.config.file", dest="web_config_file", default=None,
-                        help="exporter-toolkit web config (TLS, basic auth)")
-    parser.add_argument("--log.level", dest="log_level", default="info",
-                        choices=["debug", "info", "warn", "error"])
+    parser.add_argument(
+        "--web.config.file",
+        dest="web_config_file",
+        default=None,
+        help="exporter-toolkit web config (TLS, basic auth)",
+    )
+    parser.add_argument(
+        "--log.level", dest="log_level", default="info", choices=["debug", "info", "warn", "error"]
+    )
     for name, cls in collectors.items():
-        parser.add_argument(f"--collector.{name}", dest=f"collector_{name}",
-                            action=argparse.BooleanOptionalAction,
-                            default=cls.enabled_by_default,
-                            help=f"{cls.description} (default {'on' if cls.enabled_by_default else 'off'})")
+        parser.add_argument(
+            f"--collector.{name}",
+            dest=f"collector_{name}",
+            action=argparse.BooleanOptionalAction,
+            default=cls.enabled_by_default,
+            help=f"{cls.description} (default {'on' if cls.enabled_by_default else 'off'})",
+        )
     for cls in collectors.values():
         cls.add_arguments(parser)
     return parser
@@ -87,12 +98,16 @@ class Exporter:
 
     def render(self) -> bytes:
         parts: list[bytes] = []
-        success = GaugeMetricFamily("hpcmon_exporter_collector_success",
-                                    "Whether the collector rendered without error.",
-                                    labels=["collector"])
-        duration = GaugeMetricFamily("hpcmon_exporter_collector_duration_seconds",
-                                     "Time to render the collector's latest snapshot.",
-                                     labels=["collector"])
+        success = GaugeMetricFamily(
+            "hpcmon_exporter_collector_success",
+            "Whether the collector rendered without error.",
+            labels=["collector"],
+        )
+        duration = GaugeMetricFamily(
+            "hpcmon_exporter_collector_duration_seconds",
+            "Time to render the collector's latest snapshot.",
+            labels=["collector"],
+        )
         for collector in self.collectors:
             started = time.perf_counter()
             try:
@@ -120,9 +135,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     collectors = available_collectors()
     parser = build_parser(collectors)
     options = parser.parse_args(argv)
-    logging.basicConfig(level=getattr(logging, options.log_level.upper().replace("WARN", "WARNING")),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    enabled = [cls(options) for name, cls in collectors.items() if getattr(options, f"collector_{name}")]
+    logging.basicConfig(
+        level=getattr(logging, options.log_level.upper().replace("WARN", "WARNING")),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    enabled = [
+        cls(options) for name, cls in collectors.items() if getattr(options, f"collector_{name}")
+    ]
     if not enabled:
         parser.error("no collector enabled")
     try:
@@ -131,14 +150,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hpcmon-exporter: {exc}", file=sys.stderr)
         return 2
     exporter = Exporter(enabled)
-    landing = LANDING_PAGE.format(collectors=", ".join(c.name for c in enabled),
-                                  path=options.web_telemetry_path)
+    landing = LANDING_PAGE.format(
+        collectors=", ".join(c.name for c in enabled), path=options.web_telemetry_path
+    )
     try:
-        server = make_server(options.web_listen_address, options.web_telemetry_path,
-                             exporter.render, web_config, landing)
+        server = make_server(
+            options.web_listen_address,
+            options.web_telemetry_path,
+            exporter.render,
+            web_config,
+            landing,
+        )
     except (OSError, ValueError) as exc:
-        print(f"hpcmon-exporter: cannot listen on {options.web_listen_address}: {exc}",
-              file=sys.stderr)
+        print(
+            f"hpcmon-exporter: cannot listen on {options.web_listen_address}: {exc}",
+            file=sys.stderr,
+        )
         return 2
     exporter.start()
     stop = threading.Event()
@@ -152,8 +179,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     scheme = "https" if web_config.ssl_context else "http"
     host, port = server.server_address[:2]
-    log.info("listening on %s://%s:%s%s (collectors: %s)", scheme, host, port,
-             options.web_telemetry_path, ", ".join(c.name for c in enabled))
+    log.info(
+        "listening on %s://%s:%s%s (collectors: %s)",
+        scheme,
+        host,
+        port,
+        options.web_telemetry_path,
+        ", ".join(c.name for c in enabled),
+    )
     try:
         server.serve_forever(poll_interval=0.2)
     finally:

@@ -92,7 +92,9 @@ def load_web_config(path: str | None) -> WebConfig:
         # Relative paths are relative to the config file, as in exporter-toolkit;
         # symlinks (certbot's live/ directory) are followed by the ssl module.
         ctx.load_cert_chain(str(base / cert), str(base / key))
-        ctx.minimum_version = _TLS_VERSIONS.get(str(tls.get("min_version", "TLS12")), ssl.TLSVersion.TLSv1_2)
+        ctx.minimum_version = _TLS_VERSIONS.get(
+            str(tls.get("min_version", "TLS12")), ssl.TLSVersion.TLSv1_2
+        )
         auth_type = tls.get("client_auth_type", "NoClientCert")
         if auth_type not in _CLIENT_AUTH:
             raise ConfigError(f"{path}: unknown client_auth_type {auth_type!r}")
@@ -129,7 +131,9 @@ class _Server(ThreadingHTTPServer):
         sock, addr = super().get_request()
         if self.ssl_context is not None:
             # Handshake happens in the request thread, so a slow client cannot block accept().
-            sock = self.ssl_context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+            sock = self.ssl_context.wrap_socket(
+                sock, server_side=True, do_handshake_on_connect=False
+            )
         return sock, addr
 
 
@@ -164,7 +168,9 @@ def make_server(
         def log_message(self, format: str, *args: object) -> None:  # noqa: A002
             log.debug("%s " + format, self.client_address[0], *args)
 
-        def _send(self, code: int, body: bytes, ctype: str, extra: dict[str, str] | None = None) -> None:
+        def _send(
+            self, code: int, body: bytes, ctype: str, extra: dict[str, str] | None = None
+        ) -> None:
             self.send_response(code)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(body)))
@@ -176,8 +182,12 @@ def make_server(
 
         def do_GET(self) -> None:  # noqa: N802
             if not web_config.check_auth(self.headers.get("Authorization")):
-                self._send(401, b"Unauthorized\n", "text/plain; charset=utf-8",
-                           {"WWW-Authenticate": 'Basic realm="hpcmon-exporter"'})
+                self._send(
+                    401,
+                    b"Unauthorized\n",
+                    "text/plain; charset=utf-8",
+                    {"WWW-Authenticate": 'Basic realm="hpcmon-exporter"'},
+                )
                 return
             path = self.path.split("?", 1)[0]
             if path == telemetry_path:

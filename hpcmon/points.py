@@ -38,6 +38,6 @@ class Point:
 
 
 def to_lines(points: Iterable[Point]) -> str:
-    """Line protocol for many points, skipping points left with no field (InfluxDB rejects those)."""
+    """Line protocol for many points, skipping points with no field (InfluxDB rejects those)."""
     lines = [line for line in (p.to_line() for p in points) if line]
     return "\n".join(lines) + ("\n" if lines else "")

@@ -15,7 +15,9 @@ pytestmark = pytest.mark.integration
 def test_influxdb1_write_and_query(influxdb1: servers.InfluxDB1) -> None:
     influxdb1.create_database("fixture_check")
     body = b"probe,host=a value=42i 1700000000000000000\n"
-    req = urllib.request.Request(f"{influxdb1.url}/write?db=fixture_check", data=body, method="POST")
+    req = urllib.request.Request(
+        f"{influxdb1.url}/write?db=fixture_check", data=body, method="POST"
+    )
     with urllib.request.urlopen(req, timeout=5) as resp:
         assert resp.status == 204
     series = influxdb1.series("SELECT value FROM probe", db="fixture_check")
@@ -24,8 +26,9 @@ def test_influxdb1_write_and_query(influxdb1: servers.InfluxDB1) -> None:
 
 def test_victoria_metrics_influx_v2_write(victoria_metrics: servers.VictoriaMetrics) -> None:
     body = b"probe,host=a value=7 1700000000000000000\n"
-    req = urllib.request.Request(f"{victoria_metrics.url}/api/v2/write?org=o&bucket=b",
-                                 data=body, method="POST")
+    req = urllib.request.Request(
+        f"{victoria_metrics.url}/api/v2/write?org=o&bucket=b", data=body, method="POST"
+    )
     with urllib.request.urlopen(req, timeout=5) as resp:
         assert resp.status == 204
     rows = victoria_metrics.export('{__name__="probe_value"}')

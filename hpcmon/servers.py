@@ -1,0 +1,295 @@
+"""Start real servers (Prometheus, InfluxDB 1.x, VictoriaMetrics) on free loopback ports.
+
+Used by the test fixtures and by `make demo`; the binaries come from Debian packages.
+
+Each server gets a temporary data directory and is stopped (and its directory removed) when
+the context exits. Tests use them through the fixtures in tests/conftest.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def wait_http(
+    url: str,
+    proc: subprocess.Popen,
+    log_path: Path,
+    timeout: float = 60.0,
+    ok: tuple[int, ...] = (200, 204),
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(
+                f"{proc.args[0]} exited with {proc.returncode}:\n"
+                + log_path.read_text(errors="replace")[-3000:]
+            )
+        with contextlib.suppress(OSError):
+            status, _ = http_get(url, timeout=1.0)
+            if status in ok:
+                return
+        time.sleep(0.1)
+    raise TimeoutError(
+        f"{url} not ready after {timeout}s:\n" + log_path.read_text(errors="replace")[-3000:]
+    )
+
+
+@dataclass
+class Server:
+    name: str
+    url: str
+    port: int
+    workdir: Path
+    proc: subprocess.Popen
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+
+
+def _require(binary: str) -> str:
+    path = shutil.which(binary)
+    if path is None:
+        raise RuntimeError(
+            f"{binary} not installed: run ./scripts/install-servers.sh (make test does)"
+        )
+    return path
+
+
+@contextlib.contextmanager
+def _workdir(prefix: str) -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _spawn(args: list[str], workdir: Path) -> tuple[subprocess.Popen, Path]:
+    log_path = workdir / "server.log"
+    log = open(log_path, "wb")  # noqa: SIM115 - handed to the child
+    proc = subprocess.Popen(
+        args, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True
+    )
+    log.close()
+    return proc, log_path
+
+
+# ---------------------------------------------------------------- Prometheus
+@dataclass
+class Prometheus(Server):
+    def query(self, expr: str, at: float | None = None) -> list[dict]:
+        params = {"query": expr}
+        if at is not None:
+            params["time"] = str(at)
+        status, body = http_get(f"{self.url}/api/v1/query?{urllib.parse.urlencode(params)}")
+        data = json.loads(body)
+        if status != 200 or data.get("status") != "success":
+            raise RuntimeError(f"query {expr!r} failed: {body[:500]!r}")
+        return data["data"]["result"]
+
+    def targets(self) -> list[dict]:
+        _, body = http_get(f"{self.url}/api/v1/targets")
+        return json.loads(body)["data"]["activeTargets"]
+
+    def wait_for(self, expr: str, timeout: float = 60.0, min_results: int = 1) -> list[dict]:
+        """Poll until the query returns at least ``min_results`` series."""
+        deadline = time.monotonic() + timeout
+        result: list[dict] = []
+        while time.monotonic() < deadline:
+            result = self.query(expr)
+            if len(result) >= min_results:
+                return result
+            time.sleep(0.25)
+        raise TimeoutError(
+            f"{expr!r} gave {len(result)} series after {timeout}s; targets: {self.targets()}"
+        )
+
+
+@contextlib.contextmanager
+def run_prometheus(
+    scrape_configs: list[dict], scrape_interval: str = "1s", rule_files: list[str] | None = None
+) -> Iterator[Prometheus]:
+    binary = _require("prometheus")
+    with _workdir("hpcmon-prom-") as workdir:
+        port = free_port()
+        config = {
+            "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
+            "scrape_configs": scrape_configs,
+        }
+        if rule_files:
+            config["rule_files"] = rule_files
+        (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+        proc, log_path = _spawn(
+            [
+                binary,
+                f"--config.file={workdir / 'prometheus.yml'}",
+                f"--storage.tsdb.path={workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--web.enable-lifecycle",
+                "--log.level=warn",
+            ],
+            workdir,
+        )
+        server = Prometheus("prometheus", f"http://127.0.0.1:{port}", port, workdir, proc)
+        try:
+            wait_http(f"{server.url}/-/ready", proc, log_path)
+            yield server
+        finally:
+            server.stop()
+
+
+# ---------------------------------------------------------------- InfluxDB 1.x
+INFLUXDB_CONF = """\
+reporting-disabled = true
+bind-address = "127.0.0.1:{rpc_port}"
+[meta]
+  dir = "{workdir}/meta"
+[data]
+  dir = "{workdir}/data"
+  wal-dir = "{workdir}/wal"
+  query-log-enabled = false
+[http]
+  enabled = true
+  bind-address = "127.0.0.1:{port}"
+  log-enabled = false
+[monitor]
+  store-enabled = false
+[continuous_queries]
+  enabled = false
+"""
+
+
+@dataclass
+class InfluxDB1(Server):
+    config_path: Path | None = None
+
+    def query(self, q: str, db: str | None = None, epoch: str = "ns") -> dict:
+        params = {"q": q, "epoch": epoch}
+        if db:
+            params["db"] = db
+        data = urllib.parse.urlencode(params).encode()
+        req = urllib.request.Request(f"{self.url}/query", data=data, method="POST")
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return json.loads(resp.read())
+
+    def create_database(self, name: str) -> None:
+        self.query(f'CREATE DATABASE "{name}"')
+
+    def series(self, q: str, db: str) -> list[dict]:
+        """Result series of one query, or [] when empty."""
+        result = self.query(q, db=db)["results"][0]
+        if "error" in result:
+            raise RuntimeError(result["error"])
+        return result.get("series", [])
+
+    def start_again(self) -> None:
+        binary = _require("influxd")
+        self.proc, log_path = _spawn(
+            [binary, "run", "-config", str(self.config_path)], self.workdir
+        )
+        wait_http(f"{self.url}/ping", self.proc, log_path)
+
+
+@contextlib.contextmanager
+def run_influxdb1() -> Iterator[InfluxDB1]:
+    binary = _require("influxd")
+    with _workdir("hpcmon-influx-") as workdir:
+        port, rpc_port = free_port(), free_port()
+        config_path = workdir / "influxdb.conf"
+        config_path.write_text(INFLUXDB_CONF.format(workdir=workdir, port=port, rpc_port=rpc_port))
+        proc, log_path = _spawn([binary, "run", "-config", str(config_path)], workdir)
+        server = InfluxDB1("influxdb", f"http://127.0.0.1:{port}", port, workdir, proc, config_path)
+        try:
+            wait_http(f"{server.url}/ping", proc, log_path)
+            yield server
+        finally:
+            server.stop()
+
+
+# ---------------------------------------------------------------- VictoriaMetrics
+@dataclass
+class VictoriaMetrics(Server):
+    data_path: Path | None = None
+
+    def flush(self) -> None:
+        """Make just-written samples visible to queries."""
+        http_get(f"{self.url}/internal/force_flush")
+
+    def export(self, match: str) -> list[dict]:
+        """Raw samples of matching series (JSON lines of /api/v1/export)."""
+        self.flush()
+        status, body = http_get(
+            f"{self.url}/api/v1/export?{urllib.parse.urlencode({'match[]': match})}"
+        )
+        if status != 200:
+            raise RuntimeError(f"export {match!r} failed: {body[:300]!r}")
+        return [json.loads(line) for line in body.decode().splitlines() if line.strip()]
+
+    def start_again(self) -> None:
+        binary = _require("victoria-metrics")
+        self.proc, log_path = _spawn(_vm_args(binary, self.data_path, self.port), self.workdir)
+        wait_http(f"{self.url}/health", self.proc, log_path)
+
+
+def _vm_args(binary: str, data_path: Path | None, port: int) -> list[str]:
+    return [
+        binary,
+        f"-storageDataPath={data_path}",
+        f"-httpListenAddr=127.0.0.1:{port}",
+        "-retentionPeriod=100y",
+        "-search.latencyOffset=0s",
+        "-loggerLevel=ERROR",
+        "-search.disableCache",
+    ]
+
+
+@contextlib.contextmanager
+def run_victoria_metrics() -> Iterator[VictoriaMetrics]:
+    binary = _require("victoria-metrics")
+    with _workdir("hpcmon-vm-") as workdir:
+        port = free_port()
+        data_path = workdir / "data"
+        proc, log_path = _spawn(_vm_args(binary, data_path, port), workdir)
+        server = VictoriaMetrics(
+            "victoria-metrics", f"http://127.0.0.1:{port}", port, workdir, proc, data_path
+        )
+        try:
+            wait_http(f"{server.url}/health", proc, log_path)
+            yield server
+        finally:
+            server.stop()

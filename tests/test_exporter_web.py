@@ -1,0 +1,176 @@
+"""The exporter's HTTP side: landing page, TLS and basic auth from a web config file,
+and isolation of a failing collector."""
+
+from __future__ import annotations
+
+import base64
+import ssl
+import subprocess
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import bcrypt
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.cli import Exporter
+from exporter.collector import Collector
+from exporter.web import WebConfig, load_web_config, make_server
+from hpcmon.config import ConfigError
+from tests.servers import free_port
+
+BODY = b"# HELP demo_value A value.\n# TYPE demo_value gauge\ndemo_value 1.0\n"
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory) -> tuple[Path, Path]:
+    """A self-signed certificate, installed behind symlinks the way certbot does."""
+    directory = tmp_path_factory.mktemp("tls")
+    archive = directory / "archive"
+    live = directory / "live"
+    archive.mkdir()
+    live.mkdir()
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost",
+            "-keyout",
+            str(archive / "privkey1.pem"),
+            "-out",
+            str(archive / "cert1.pem"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    (live / "privkey.pem").symlink_to(archive / "privkey1.pem")
+    (live / "cert.pem").symlink_to(archive / "cert1.pem")
+    return live / "cert.pem", live / "privkey.pem"
+
+
+def _serve(config: WebConfig, render=lambda: BODY) -> Iterator[str]:
+    port = free_port()
+    server = make_server(f"127.0.0.1:{port}", "/metrics", render, config, "<html>landing</html>")
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
+    thread.start()
+    scheme = "https" if config.ssl_context else "http"
+    try:
+        yield f"{scheme}://127.0.0.1:{port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _get(url: str, auth: tuple[str, str] | None = None, cafile: Path | None = None):
+    request = urllib.request.Request(url)
+    if auth:
+        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    context = ssl.create_default_context(cafile=str(cafile)) if cafile else None
+    try:
+        with urllib.request.urlopen(request, timeout=5, context=context) as response:
+            return response.status, response.read(), response.headers
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(), exc.headers
+
+
+def test_plain_http_landing_and_metrics() -> None:
+    for base in _serve(WebConfig()):
+        status, body, headers = _get(base + "/metrics")
+        assert status == 200 and body == BODY
+        assert headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        status, body, _ = _get(base + "/")
+        assert status == 200 and b"landing" in body
+        assert _get(base + "/nope")[0] == 404
+
+
+def test_tls_and_basic_auth_via_web_config(tmp_path: Path, certificate) -> None:
+    cert, key = certificate
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
+    config_file = tmp_path / "web.yml"
+    config_file.write_text(
+        f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
+        f"basic_auth_users:\n  prometheus: '{hashed}'\n"
+    )
+    config = load_web_config(str(config_file))
+    for base in _serve(config):
+        assert base.startswith("https://")
+        status, body, _ = _get(base + "/metrics", auth=("prometheus", "s3cret"), cafile=cert)
+        assert status == 200 and body == BODY
+        # Second request is served from the verified-credential cache: still correct.
+        assert _get(base + "/metrics", auth=("prometheus", "s3cret"), cafile=cert)[0] == 200
+        status, _, headers = _get(base + "/metrics", auth=("prometheus", "wrong"), cafile=cert)
+        assert status == 401 and "Basic" in headers["WWW-Authenticate"]
+        assert _get(base + "/metrics", auth=("other", "s3cret"), cafile=cert)[0] == 401
+        assert _get(base + "/metrics", cafile=cert)[0] == 401
+        # Plain HTTP against the TLS port does not get metrics.
+        with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+            urllib.request.urlopen(base.replace("https", "http") + "/metrics", timeout=5)
+
+
+def test_relative_paths_are_relative_to_the_config_file(tmp_path: Path, certificate) -> None:
+    cert, key = certificate
+    (tmp_path / "c.pem").symlink_to(cert)
+    (tmp_path / "k.pem").symlink_to(key)
+    (tmp_path / "web.yml").write_text("tls_server_config:\n  cert_file: c.pem\n  key_file: k.pem\n")
+    assert load_web_config(str(tmp_path / "web.yml")).ssl_context is not None
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("tls_server_config:\n  cert_file: a.pem\n", "cert_file and key_file"),
+        ("basic_auth_users:\n  alice: plaintext\n", "not a bcrypt hash"),
+        ("- a list\n", "must be a mapping"),
+        ("tls_server_config: {cert_file: [\n", "invalid YAML"),
+    ],
+)
+def test_bad_web_config_is_a_clear_error(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "web.yml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_web_config(str(path))
+
+
+class _Fixed(Collector):
+    name = "fixed"
+    description = "test collector"
+
+    def exposition(self) -> bytes:
+        return BODY
+
+
+class _Broken(Collector):
+    name = "broken"
+    description = "test collector that fails"
+
+    def exposition(self) -> bytes:
+        raise RuntimeError("backend exploded")
+
+
+def test_a_failing_collector_does_not_fail_the_scrape() -> None:
+    exporter = Exporter([_Broken(None), _Fixed(None)])
+    for base in _serve(WebConfig(), render=exporter.render):
+        status, body, _ = _get(base + "/metrics")
+    assert status == 200
+    families = {f.name: f for f in text_string_to_metric_families(body.decode())}
+    assert families["demo_value"].samples[0].value == 1.0
+    success = {
+        s.labels["collector"]: s.value
+        for s in families["hpcmon_exporter_collector_success"].samples
+    }
+    assert success == {"broken": 0.0, "fixed": 1.0}
