@@ -1,0 +1,165 @@
+"""`make demo`: the exporter on replayed real jobstats captures, scraped by a real Prometheus,
+with a live terminal view of the top jobs queried through Prometheus' HTTP API.
+
+Everything it starts (replay, exporter, Prometheus) is stopped on Ctrl-C or after --duration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from exporter.replay import load_sections, render, write_atomically
+from hpcmon.servers import Prometheus, free_port, run_prometheus, wait_http
+
+ROOT = Path(__file__).resolve().parent.parent
+CAPTURES = ROOT / "tests" / "data" / "jobstats"
+# Real captures: six Lustre 2.12.5 OSTs, Lustre 2.10.1 MDT+OST, DDN 2.14 OST and two MDTs.
+CAPTURE_GLOBS = (
+    "*public1-OST*lustre2.12.5.txt",
+    "*lustrefs-*_job_stats__lustre2.10.1.txt",
+    "*jobstats_only_2.14.0_16*.txt",
+)
+
+PANELS = (
+    (
+        "Top jobs by write rate",
+        "bytes/s",
+        "topk(8, sum by (jobid) (lustre_job_write_bytes_per_second))",
+    ),
+    (
+        "Top jobs by read rate",
+        "bytes/s",
+        "topk(8, sum by (jobid) (lustre_job_read_bytes_per_second))",
+    ),
+    (
+        "Top jobs by metadata operations",
+        "ops/s",
+        'topk(8, sum by (jobid) (lustre_job_operations_per_second{component="mdt"}))',
+    ),
+)
+
+
+def _human(value: float, unit: str) -> str:
+    if unit == "bytes/s":
+        for prefix in ("", "Ki", "Mi", "Gi", "Ti"):
+            if abs(value) < 1024 or prefix == "Ti":
+                return f"{value:8.1f} {prefix}B/s"
+            value /= 1024
+    return f"{value:8.1f} {unit}"
+
+
+def _view(prom: Prometheus) -> str:
+    lines = [time.strftime("%H:%M:%S") + "  (Ctrl-C to stop)", ""]
+    for title, unit, expr in PANELS:
+        lines.append(f"== {title} ==")
+        try:
+            result = prom.query(expr)
+        except (RuntimeError, OSError) as exc:
+            lines.append(f"   query failed: {exc}")
+            continue
+        if not result:
+            lines.append("   (no data yet: rates need two samples)")
+        rows = sorted(result, key=lambda r: -float(r["value"][1]))
+        for row in rows:
+            jobid = row["metric"].get("jobid", "?")
+            lines.append(f"   {_human(float(row['value'][1]), unit)}   {jobid}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _captures() -> list[Path]:
+    found = sorted({p for pattern in CAPTURE_GLOBS for p in CAPTURES.glob(pattern)})
+    if not found:
+        raise SystemExit(f"demo: no captures found under {CAPTURES}")
+    return found
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="hpcmon live demo on bundled real data")
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        help="stop after N seconds (default: run until Ctrl-C)",
+    )
+    parser.add_argument("--refresh", type=float, default=3.0, help="view refresh, seconds")
+    parser.add_argument("--workdir", type=Path, default=ROOT / "demo-run")
+    args = parser.parse_args(argv)
+
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    args.workdir.mkdir(parents=True)
+    jobstats_file = args.workdir / "jobstats.txt"
+    sections = load_sections(_captures())
+    started = time.time()
+    write_atomically(jobstats_file, render(sections, 0.0, started))
+
+    stop = threading.Event()
+
+    def replay() -> None:
+        while not stop.wait(2.0):
+            now = time.time()
+            write_atomically(jobstats_file, render(sections, now - started, now))
+
+    threading.Thread(target=replay, daemon=True, name="replay").start()
+
+    port = free_port()
+    exporter_url = f"http://127.0.0.1:{port}"
+    exporter_log = open(args.workdir / "exporter.log", "wb")  # noqa: SIM115
+    exporter = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "exporter",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--jobstats.source=file",
+            f"--jobstats.path={jobstats_file}",
+            "--jobstats.interval=2",
+        ],
+        stdout=exporter_log,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+    )
+    scrape = [
+        {
+            "job_name": "hpcmon-jobstats",
+            "scrape_interval": "2s",
+            "scrape_timeout": "2s",
+            "static_configs": [{"targets": [f"127.0.0.1:{port}"]}],
+        }
+    ]
+    try:
+        wait_http(f"{exporter_url}/metrics", exporter, args.workdir / "exporter.log")
+        with run_prometheus(scrape, scrape_interval="2s") as prom:
+            print(f"exporter:   {exporter_url}/metrics")
+            print(f"prometheus: {prom.url}  (graph: {prom.url}/graph)")
+            print(
+                f"replayed captures: {len(sections)} targets, "
+                f"{sum(len(s.jobs) for s in sections)} job entries; logs in {args.workdir}"
+            )
+            interactive = sys.stdout.isatty()
+            while args.duration is None or time.time() - started < args.duration:
+                time.sleep(args.refresh)
+                view = _view(prom)
+                print(("\033[2J\033[H" if interactive else "\n") + view, flush=True)
+    except KeyboardInterrupt:
+        print("\nstopping")
+    finally:
+        stop.set()
+        exporter.terminate()
+        try:
+            exporter.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            exporter.kill()
+        exporter_log.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
