@@ -1,0 +1,54 @@
+"""GEOPM reports (``--geopm-report FILE``) -> InfluxDB points.
+
+Reads ``geopm_report(7)`` files of the YAML era (2.x/3.x) and of the 1.x text era, and
+``geopmsession -r`` reports (YAML with one or more documents, or CSV). Points carry the report's
+own time: ``Start Time`` for runtime reports (local time with no zone in the file, read as UTC),
+``sample-time-first`` for session documents. A report with no readable time uses the report
+file's modification time instead (stable across re-runs on the same job); session documents
+without time get that time plus their index in nanoseconds, so they do not overwrite each other.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from post_job.geopm_report.parser import parse_report_file
+from post_job.geopm_report.points import report_points, session_points
+from post_job.geopm_report.records import Report
+from post_job.model import JobContext, SourceOutput
+
+__all__ = ["collect_geopm_reports"]
+
+
+def collect_geopm_reports(reports: Sequence[Path], job: JobContext) -> SourceOutput:
+    """Points for every report file; bad files become error messages, never exceptions."""
+    output = SourceOutput()
+    for path in reports:
+        result = parse_report_file(path)
+        output.errors.extend(result.errors)
+        for index, record in enumerate(result.reports):
+            time_ns = record.start_time_ns
+            if time_ns is None:
+                time_ns = _file_time_ns(Path(path)) + index
+                output.errors.append(
+                    f"{path}: no readable start time; points use the file's modification time"
+                )
+            try:
+                if isinstance(record, Report):
+                    output.points.extend(report_points(record, job, time_ns))
+                else:
+                    output.points.extend(session_points(record, job, time_ns))
+            except Exception as exc:  # noqa: BLE001 - one bad record must not cost the rest
+                output.errors.append(
+                    f"{path}: cannot convert to points ({type(exc).__name__}: {exc})"
+                )
+    return output
+
+
+def _file_time_ns(path: Path) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return 0
