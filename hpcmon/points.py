@@ -23,7 +23,11 @@ class Point:
     time_ns: int | None = None
 
     def to_line(self) -> str:
-        """One line of line protocol; NaN/inf fields are dropped (InfluxDB cannot store them)."""
+        """One line of line protocol; NaN/inf fields are dropped (InfluxDB cannot store them).
+
+        Line breaks in string fields are written as ``\\n``/``\\r``: a raw one splits the line
+        (VictoriaMetrics then drops the whole point, and a line-protocol file breaks).
+        """
         point = _InfluxPoint(self.measurement)
         for key, value in sorted(self.tags.items()):
             if value is not None and value != "":
@@ -31,6 +35,8 @@ class Point:
         for key, value in self.fields.items():
             if value is None or (isinstance(value, float) and not math.isfinite(value)):
                 continue
+            if isinstance(value, str) and ("\n" in value or "\r" in value):
+                value = value.replace("\r", "\\r").replace("\n", "\\n")
             point.field(key, value)
         if self.time_ns is not None:
             point.time(self.time_ns, WritePrecision.NS)

@@ -1,0 +1,412 @@
+"""One post-job run: call the sources, turn their points into lines, ship them without loss.
+
+Shared by the command line and the Slurm epilog mode so both behave the same. Sources are
+imported lazily: a source package that is missing or broken costs only its own data, with a
+one-line error naming it, and the job's other sources are still written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hpcmon.points import Point
+from hpcmon.timeutil import now_ns
+from post_job.model import JobContext, SourceOutput
+from post_job.spool import ReplayResult, Spool, replay
+from post_job.writers import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_TIMEOUT_SECONDS,
+    Deadline,
+    InfluxV1Writer,
+    InfluxV2Writer,
+    ServerWriter,
+    deliver,
+    write_line_file,
+)
+
+log = logging.getLogger("hpcmon.post_job")
+
+# source name -> (module, entry function) of postjob-contract.md
+SOURCE_ENTRIES: dict[str, tuple[str, str]] = {
+    "darshan": ("post_job.darshan", "collect_darshan"),
+    "recorder": ("post_job.recorder", "collect_recorder"),
+    "viztracer": ("post_job.viztracer", "collect_viztracer"),
+    "geopm_report": ("post_job.geopm_report", "collect_geopm_reports"),
+}
+
+
+@dataclass
+class SourceRequest:
+    """One source call: ``entry(*inputs, job, **options)``."""
+
+    name: str
+    inputs: tuple[Any, ...]
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def load_entry(name: str) -> Callable[..., SourceOutput]:
+    """The source's entry function; ImportError with a one-line reason when unavailable."""
+    module_name, function_name = SOURCE_ENTRIES[name]
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - a broken package must not stop the others
+        raise ImportError(f"{module_name} cannot be imported: {type(exc).__name__}: {exc}") from exc
+    entry = getattr(module, function_name, None)
+    if not callable(entry):
+        raise ImportError(f"{module_name} has no {function_name}()")
+    return entry
+
+
+def run_source(request: SourceRequest, job: JobContext) -> SourceOutput:
+    """Call one source, turning every failure into an error line for that source only."""
+    try:
+        entry = load_entry(request.name)
+    except ImportError as exc:
+        return SourceOutput(errors=[f"source not available: {exc}"])
+    try:
+        output = entry(*request.inputs, job, **request.options)
+    except Exception as exc:  # noqa: BLE001 - contract says sources never raise; be safe anyway
+        log.debug("source %s raised", request.name, exc_info=True)
+        return SourceOutput(errors=[f"failed: {type(exc).__name__}: {exc}"])
+    if not isinstance(output, SourceOutput):
+        return SourceOutput(errors=[f"returned {type(output).__name__}, not SourceOutput"])
+    return output
+
+
+def collect(requests: Sequence[SourceRequest], job: JobContext) -> SourceOutput:
+    combined = SourceOutput()
+    for request in requests:
+        output = run_source(request, job)
+        log.info(
+            "job=%s source=%s points=%d errors=%d",
+            job.job_id,
+            request.name,
+            len(output.points),
+            len(output.errors),
+        )
+        combined.points.extend(output.points)
+        combined.errors.extend(f"{request.name}: {error}" for error in output.errors)
+    return combined
+
+
+def points_to_lines(
+    points: Sequence[Point], run_time_ns: int | None = None
+) -> tuple[list[str], list[str]]:
+    """Line protocol per point plus problems. A point without time gets the run's time so that
+    spooled and replayed copies stay identical (sources should always give one)."""
+    lines: list[str] = []
+    problems: list[str] = []
+    untimed: dict[str, int] = {}
+    stamp = now_ns() if run_time_ns is None else run_time_ns
+    for point in points:
+        if point.time_ns is None:
+            untimed[point.measurement] = untimed.get(point.measurement, 0) + 1
+            point = dataclasses.replace(point, time_ns=stamp)
+        try:
+            line = point.to_line()
+        except Exception as exc:  # noqa: BLE001 - one bad point must not cost the others
+            problems.append(f"point {point.measurement!r}: cannot encode: {exc}")
+            continue
+        if line:
+            lines.append(line)
+    for measurement, count in sorted(untimed.items()):
+        problems.append(
+            f"{count} {measurement} point(s) had no timestamp; stamped with the run time"
+        )
+    return lines, problems
+
+
+@dataclass
+class WriterSettings:
+    """Where to write: any mix of a line-protocol file and the two server APIs."""
+
+    output: str | None = None
+    v2_url: str | None = None
+    v2_org: str | None = None
+    v2_bucket: str | None = None
+    v2_token: str | None = None
+    v1_url: str | None = None
+    v1_database: str | None = None
+    v1_retention_policy: str | None = None
+    v1_username: str | None = None
+    v1_password: str | None = None
+    spool_dir: str | None = None
+    batch_size: int = DEFAULT_BATCH_SIZE
+    request_timeout: float = DEFAULT_TIMEOUT_SECONDS
+
+    def has_server(self) -> bool:
+        return bool(self.v1_url or self.v2_url)
+
+    def server_writers(self) -> list[ServerWriter]:
+        writers: list[ServerWriter] = []
+        if self.v1_url:
+            writers.append(
+                InfluxV1Writer(
+                    self.v1_url,
+                    self.v1_database or "",
+                    self.v1_retention_policy,
+                    self.v1_username,
+                    self.v1_password,
+                )
+            )
+        if self.v2_url:
+            writers.append(
+                InfluxV2Writer(
+                    self.v2_url,
+                    self.v2_org or "",
+                    self.v2_bucket or "",
+                    self.v2_token,
+                    self.request_timeout,
+                )
+            )
+        return writers
+
+
+@dataclass
+class DestinationReport:
+    destination: str
+    written: int = 0
+    spooled: int = 0
+    rejected: int = 0
+    lost: int = 0
+    replayed_lines: int = 0
+    replayed_files: int = 0
+    spool_files_left: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        return (
+            f"destination={self.destination!r} written={self.written} "
+            f"spooled={self.spooled} rejected={self.rejected} lost={self.lost} "
+            f"replayed_lines={self.replayed_lines} replayed_files={self.replayed_files} "
+            f"spool_files_left={self.spool_files_left}"
+        )
+
+
+def batches(lines: Sequence[str], size: int) -> list[Sequence[str]]:
+    size = max(1, size)
+    return [lines[start : start + size] for start in range(0, len(lines), size)]
+
+
+def _replay_into(
+    report: DestinationReport,
+    spool: Spool,
+    writer: ServerWriter,
+    deadline: Deadline,
+    settings: WriterSettings,
+) -> ReplayResult:
+    try:
+        result = replay(spool, writer, deadline, settings.request_timeout)
+    except OSError as exc:  # spool directory unusable: say so, still send this run's points
+        report.problems.append(f"spool {spool.dir}: {exc.strerror or exc}")
+        return ReplayResult()
+    report.replayed_lines += result.lines_sent
+    report.replayed_files += result.files_sent
+    report.rejected += result.lines_rejected
+    report.spool_files_left = result.files_left
+    report.problems.extend(result.corrupt)
+    if result.lines_rejected:
+        report.problems.append(
+            f"{result.lines_rejected} spooled line(s) rejected by the "
+            f"server, kept in {spool.rejected_dir}"
+        )
+    if result.skipped_locked:
+        log.info("spool %s: another hpcmon-post-job is replaying it; not replaying", spool.dir)
+    return result
+
+
+def ship_to_server(
+    lines: Sequence[str], writer: ServerWriter, settings: WriterSettings, deadline: Deadline
+) -> DestinationReport:
+    """Replay this server's spool (oldest first), then send ``lines`` in batches; whatever the
+    server does not acknowledge goes to the spool, whatever it refuses goes to ``rejected/``."""
+    report = DestinationReport(writer.describe())
+    spool = Spool(settings.spool_dir, writer.kind) if settings.spool_dir else None
+    down: str | None = None
+    if spool is not None:
+        down = _replay_into(report, spool, writer, deadline, settings).unavailable_reason
+    for batch in batches(lines, settings.batch_size):
+        if down is None:
+            outcome = deliver(writer, batch, deadline, settings.request_timeout)
+            report.written += outcome.written
+            down = outcome.unavailable_reason
+            rejected, unsent = outcome.rejected, outcome.pending
+        else:
+            rejected, unsent = [], list(batch)
+        if rejected:
+            report.rejected += len(rejected)
+            _keep_rejected(report, spool, rejected)
+        if unsent:
+            if _keep_unsent(report, spool, unsent):
+                report.spooled += len(unsent)
+            else:
+                report.lost += len(unsent)
+    if down is not None:
+        if spool is not None:
+            report.spool_files_left = len(spool.pending())
+            log.warning(
+                "%s unavailable (%s); %d line(s) spooled in %s",
+                writer.describe(),
+                down,
+                report.spooled,
+                spool.dir,
+            )
+        if report.lost:
+            report.problems.append(
+                f"{report.lost} line(s) not written ({down}) and not spooled"
+                + ("" if spool is not None else " (no --spool-dir)")
+            )
+    return report
+
+
+def _keep_unsent(report: DestinationReport, spool: Spool | None, lines: Sequence[str]) -> bool:
+    """Spool lines the server did not acknowledge; False when there is no usable spool."""
+    if spool is None:
+        return False
+    try:
+        spool.add(lines)
+    except OSError as exc:
+        report.problems.append(f"spool {spool.dir}: cannot write: {exc.strerror or exc}")
+        return False
+    return True
+
+
+def _keep_rejected(
+    report: DestinationReport, spool: Spool | None, rejected: list[tuple[str, str]]
+) -> None:
+    """Park refused lines in the spool's ``rejected/`` (when there is one) and say so."""
+    where = None
+    if spool is not None:
+        try:
+            where = spool.reject(rejected, "this run")
+        except OSError as exc:
+            report.problems.append(f"spool {spool.dir}: cannot write: {exc.strerror or exc}")
+    kept = f", kept in {where}" if where else ""
+    report.problems.append(
+        f"{len(rejected)} line(s) rejected by the server{kept}; first: {rejected[0][1]}"
+    )
+
+
+def ship(
+    lines: Sequence[str], settings: WriterSettings, deadline: Deadline
+) -> list[DestinationReport]:
+    """Write the lines to every configured destination (stdout when none is configured)."""
+    reports: list[DestinationReport] = []
+    if settings.output or not settings.has_server():
+        report = DestinationReport(settings.output or "stdout")
+        try:
+            write_line_file(lines, settings.output)
+            report.written = len(lines)
+        except OSError as exc:
+            report.lost = len(lines)
+            report.problems.append(f"{settings.output}: cannot write: {exc.strerror or exc}")
+        reports.append(report)
+    for writer in _open_writers(settings, reports):
+        try:
+            reports.append(ship_to_server(lines, writer, settings, deadline))
+        finally:
+            writer.close()
+    return reports
+
+
+def flush(settings: WriterSettings, deadline: Deadline) -> list[DestinationReport]:
+    """Replay every server's spool (``hpcmon-post-job flush``)."""
+    reports: list[DestinationReport] = []
+    for writer in _open_writers(settings, reports):
+        report = DestinationReport(writer.describe())
+        try:
+            result = _replay_into(
+                report, Spool(settings.spool_dir or ".", writer.kind), writer, deadline, settings
+            )
+        finally:
+            writer.close()
+        if result.unavailable_reason:
+            report.problems.append(
+                f"{report.spool_files_left} spool file(s) left: {result.unavailable_reason}"
+            )
+        reports.append(report)
+    return reports
+
+
+def _open_writers(settings: WriterSettings, reports: list[DestinationReport]) -> list[ServerWriter]:
+    try:
+        return settings.server_writers()
+    except Exception as exc:  # noqa: BLE001 - e.g. a malformed URL
+        reports.append(DestinationReport("server", problems=[f"cannot set up writer: {exc}"]))
+        return []
+
+
+@dataclass
+class RunReport:
+    points: int = 0
+    lines: int = 0
+    source_errors: list[str] = field(default_factory=list)
+    destinations: list[DestinationReport] = field(default_factory=list)
+
+    @property
+    def problems(self) -> list[str]:
+        found = list(self.source_errors)
+        for destination in self.destinations:
+            found.extend(destination.problems)
+        return found
+
+
+def run_job(
+    job: JobContext, requests: Sequence[SourceRequest], settings: WriterSettings, deadline: Deadline
+) -> RunReport:
+    output = collect(requests, job)
+    lines, encode_problems = points_to_lines(output.points)
+    report = RunReport(
+        points=len(output.points), lines=len(lines), source_errors=output.errors + encode_problems
+    )
+    for error in report.source_errors:
+        log.error("job=%s %s", job.job_id, error)
+    report.destinations = ship(lines, settings, deadline)
+    for destination in report.destinations:
+        log.info("job=%s %s", job.job_id, destination.summary())
+        for problem in destination.problems:
+            log.error("job=%s %s", job.job_id, problem)
+    return report
+
+
+def sending_deadline(limit: float | None) -> Deadline:
+    """Stop sending a little before the hard limit, leaving time to spool what is left."""
+    if limit is None:
+        return Deadline(None)
+    return Deadline(max(limit * 0.5, limit - min(5.0, limit * 0.2)))
+
+
+class Watchdog:
+    """Hard time limit: if the run is still going at the limit, log and exit the process now.
+
+    Sending already stops early (the Deadline spools what is left); this catches everything
+    else, such as a source stuck on a huge log, so the hook never outlives its limit.
+    """
+
+    def __init__(self, seconds: float | None, exit_code: int = 0) -> None:
+        self.seconds, self.exit_code = seconds, exit_code
+        self._timer: threading.Timer | None = None
+
+    def _fire(self) -> None:
+        log.error("time limit of %ss reached; exiting with status %d", self.seconds, self.exit_code)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(self.exit_code)
+
+    def __enter__(self) -> Watchdog:
+        if self.seconds is not None:
+            self._timer = threading.Timer(self.seconds, self._fire)
+            self._timer.daemon = True
+            self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._timer is not None:
+            self._timer.cancel()

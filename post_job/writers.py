@@ -1,0 +1,267 @@
+"""Where post-job points go: a line-protocol file, InfluxDB 1.x ``/write``, InfluxDB 2.x/3.x API.
+
+Server writers only *send* one chunk of lines and classify failures; ``deliver`` does the
+batching policy shared by both APIs: a chunk the server calls bad (HTTP 400/422) is bisected so
+only the bad lines end up rejected, and a server that is down or refuses us (5xx, connection
+errors, auth, unknown database) stops the delivery so the rest can be spooled and replayed.
+Bisection may re-send good lines of a partially written chunk (InfluxDB 1.x writes the good
+lines of a 400 "partial write"); identical (measurement, tags, time) points overwrite
+themselves, so this never creates duplicates.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+DEFAULT_BATCH_SIZE = 5000
+DEFAULT_TIMEOUT_SECONDS = 10.0
+# Statuses that mean "this data is bad": bisect to find the lines at fault.
+_BAD_DATA_STATUSES = {400, 422}
+_TOO_LARGE_STATUS = 413
+
+
+class RejectedError(Exception):
+    """The server refused the data itself (bad line, field type conflict): do not retry as is."""
+
+
+class UnavailableError(Exception):
+    """The server cannot take data now (down, 5xx, auth, missing database): spool and retry."""
+
+
+class TooLargeError(Exception):
+    """The request body was too large: split and send again."""
+
+
+class ServerWriter(Protocol):
+    kind: str  # spool sub-directory: one per API, so a replay goes to the same kind of server
+
+    def describe(self) -> str: ...
+
+    def send(self, lines: Sequence[str], timeout: float) -> None:
+        """Send the lines as one request; raise RejectedError / UnavailableError / TooLargeError."""
+
+    def close(self) -> None: ...
+
+
+class Deadline:
+    """Wall-clock budget shared by every step of one run (the epilog's total time limit)."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.end = None if seconds is None else time.monotonic() + seconds
+
+    def remaining(self) -> float | None:
+        return None if self.end is None else max(0.0, self.end - time.monotonic())
+
+    def expired(self) -> bool:
+        remaining = self.remaining()
+        return remaining is not None and remaining <= 0.0
+
+    def timeout(self, wanted: float) -> float:
+        """A request timeout that never goes past the deadline (at least 0.1 s)."""
+        remaining = self.remaining()
+        return wanted if remaining is None else max(0.1, min(wanted, remaining))
+
+
+@dataclass
+class Delivery:
+    """Outcome of delivering lines to one server."""
+
+    written: int = 0
+    rejected: list[tuple[str, str]] = field(default_factory=list)  # (line, server's reason)
+    pending: list[str] = field(default_factory=list)  # not acknowledged: to spool
+    unavailable_reason: str | None = None
+
+
+def deliver(
+    writer: ServerWriter,
+    lines: Sequence[str],
+    deadline: Deadline,
+    request_timeout: float = DEFAULT_TIMEOUT_SECONDS,
+) -> Delivery:
+    """Send ``lines`` as one request, bisecting on rejection; stop at the first outage."""
+    result = Delivery()
+    stack: list[Sequence[str]] = [lines] if lines else []
+    while stack:
+        chunk = stack.pop()
+        if deadline.expired():
+            result.unavailable_reason = "time limit reached"
+            _keep_pending(result, chunk, stack)
+            break
+        try:
+            writer.send(chunk, deadline.timeout(request_timeout))
+            result.written += len(chunk)
+        except (RejectedError, TooLargeError) as exc:
+            if len(chunk) == 1:
+                result.rejected.append((chunk[0], str(exc)))
+            else:
+                middle = len(chunk) // 2
+                stack.append(chunk[middle:])
+                stack.append(chunk[:middle])
+        except UnavailableError as exc:
+            result.unavailable_reason = str(exc)
+            _keep_pending(result, chunk, stack)
+            break
+    return result
+
+
+def _keep_pending(result: Delivery, chunk: Sequence[str], stack: list[Sequence[str]]) -> None:
+    result.pending.extend(chunk)
+    for rest in reversed(stack):
+        result.pending.extend(rest)
+    stack.clear()
+
+
+def _join(lines: Sequence[str]) -> bytes:
+    return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def _short(body: bytes | str, limit: int = 300) -> str:
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _raise_for_status(status: int, message: str) -> None:
+    if status in _BAD_DATA_STATUSES:
+        raise RejectedError(f"HTTP {status}: {message}")
+    if status == _TOO_LARGE_STATUS:
+        raise TooLargeError(f"HTTP {status}: {message}")
+    raise UnavailableError(f"HTTP {status}: {message}")
+
+
+class InfluxV1Writer:
+    """InfluxDB 1.x ``POST /write?db=&rp=&precision=ns`` (basic auth: INFLUX_USERNAME/PASSWORD)."""
+
+    kind = "influx-v1"
+
+    def __init__(
+        self,
+        url: str,
+        database: str,
+        retention_policy: str | None = None,
+        username: str | None = None,
+        password: str | None = None,
+    ) -> None:
+        params = {"db": database, "precision": "ns"}
+        if retention_policy:
+            params["rp"] = retention_policy
+        self.url = url.rstrip("/") + "/write?" + urllib.parse.urlencode(params)
+        self.database = database
+        self.headers = {"Content-Type": "text/plain; charset=utf-8"}
+        if username:
+            token = base64.b64encode(f"{username}:{password or ''}".encode()).decode()
+            self.headers["Authorization"] = f"Basic {token}"
+
+    def describe(self) -> str:
+        return f"InfluxDB 1.x {self.url.split('?')[0]} db={self.database}"
+
+    def send(self, lines: Sequence[str], timeout: float) -> None:
+        request = urllib.request.Request(
+            self.url, data=_join(lines), headers=self.headers, method="POST"
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                response.read()
+        except urllib.error.HTTPError as exc:
+            _raise_for_status(exc.code, _short(exc.read()))
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise UnavailableError(f"cannot reach {self.url.split('?')[0]}: {reason}") from exc
+
+    def close(self) -> None:
+        pass
+
+
+class InfluxV2Writer:
+    """InfluxDB 2.x/3.x write API through influxdb-client, synchronous so every error is seen."""
+
+    kind = "influx-v2"
+
+    def __init__(
+        self,
+        url: str,
+        org: str,
+        bucket: str,
+        token: str | None,
+        timeout: float = DEFAULT_TIMEOUT_SECONDS,
+    ) -> None:
+        from influxdb_client import InfluxDBClient
+        from influxdb_client.client.write_api import SYNCHRONOUS
+
+        self.url, self.org, self.bucket = url, org, bucket
+        # retries=False: retrying is ours (spool), never a hidden loop that outlives the deadline.
+        self.client = InfluxDBClient(
+            url=url, token=token or None, org=org, timeout=int(timeout * 1000), retries=False
+        )
+        self.write_api = self.client.write_api(write_options=SYNCHRONOUS)
+
+    def describe(self) -> str:
+        return f"InfluxDB v2 API {self.url} org={self.org} bucket={self.bucket}"
+
+    def send(self, lines: Sequence[str], timeout: float) -> None:
+        from influxdb_client.domain.write_precision import WritePrecision
+        from influxdb_client.rest import ApiException
+
+        try:
+            self.write_api.write(
+                bucket=self.bucket,
+                org=self.org,
+                record=_join(lines),
+                write_precision=WritePrecision.NS,
+                _request_timeout=timeout,
+            )
+        except ApiException as exc:
+            _raise_for_status(int(exc.status or 0), _short(exc.body or exc.reason or ""))
+        except Exception as exc:  # noqa: BLE001 - urllib3 raises many connection error types
+            raise UnavailableError(
+                f"cannot reach {self.url}: {type(exc).__name__}: {_short(str(exc))}"
+            ) from exc
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def write_line_file(lines: Sequence[str], output: str | Path | None) -> None:
+    """Line protocol to a file (atomically replaced, so a re-run never leaves half a file)
+    or to standard output when ``output`` is None or ``-``."""
+    text = "".join(line + "\n" for line in lines)
+    if output is None or str(output) == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    path = Path(output)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_token(token_file: str | Path | None, environ: dict[str, str] | None = None) -> str | None:
+    """The v2 API token: ``--influx.token-file``, else ``INFLUX_TOKEN`` (never a flag value)."""
+    env = os.environ if environ is None else environ
+    if token_file:
+        try:
+            return Path(token_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ValueError(
+                f"{token_file}: cannot read token file: {exc.strerror or exc}"
+            ) from exc
+    return env.get("INFLUX_TOKEN") or None

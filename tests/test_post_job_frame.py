@@ -1,0 +1,314 @@
+"""The post-job command line: flags, lazy sources, isolation of failures, exit status."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from hpcmon.points import Point, to_lines
+from post_job import hook
+from post_job.cli import build_parser, main, source_requests
+from post_job.model import JobContext, SourceOutput
+from tests import servers
+
+DATA = Path(__file__).parent / "data" / "post_job_frame"
+GEOPM_REPORT = DATA / "geopm-2.0.0+dev39x_test_sleep_report.yaml"
+
+
+def geopm_available() -> bool:
+    try:
+        hook.load_entry("geopm_report")
+    except ImportError:
+        return False
+    return True
+
+
+needs_geopm = pytest.mark.skipif(not geopm_available(), reason="post_job.geopm_report missing")
+
+
+def write_source_module(directory: Path, name: str, body: str) -> str:
+    """A small source package for frame tests (the frame must not care which source it runs)."""
+    (directory / f"{name}.py").write_text(textwrap.dedent(body))
+    return name
+
+
+JSON_SOURCE = """
+    import json
+    from hpcmon.points import Point
+    from post_job.model import SourceOutput
+
+    def collect(paths, job, **options):
+        out = SourceOutput()
+        for path in paths:
+            try:
+                rows = json.loads(path.read_text())
+            except (OSError, ValueError) as exc:
+                out.errors.append(f"{path}: {exc}")
+                continue
+            for row in rows:
+                out.points.append(Point(row["m"], {**job.base_tags(), **row.get("tags", {})},
+                                        row["fields"], row.get("time")))
+        return out
+"""
+
+
+@pytest.fixture
+def json_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Route --geopm-report to a JSON-reading source; returns a directory for its inputs."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    name = write_source_module(tmp_path, "frame_json_source", JSON_SOURCE)
+    monkeypatch.setitem(hook.SOURCE_ENTRIES, "geopm_report", (name, "collect"))
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    return inputs
+
+
+# ---------------------------------------------------------------- usage
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        ([], "--job-id is required"),
+        (["--job-id", " "], "--job-id is required"),
+        (["--job-id", "1", "--influx.url", "http://x"], "go together"),
+        (["--job-id", "1", "--influx.v1-url", "http://x"], "go together"),
+        (["--job-id", "1", "--influx.token-file", "/t"], "needs --influx.url"),
+        (
+            [
+                "--job-id",
+                "1",
+                "--influx.url",
+                "http://x",
+                "--influx.org",
+                "o",
+                "--influx.bucket",
+                "b",
+                "--influx.token-file",
+                "/nonexistent/token",
+            ],
+            "cannot read token file",
+        ),
+        (["flush", "--influx.v1-url", "http://x", "--influx.database", "d"], "needs --spool-dir"),
+        (["flush", "--spool-dir", "/tmp/x"], "needs a server writer"),
+        (["--slurm-epilog"], "needs --config"),
+    ],
+)
+def test_bad_usage_is_one_line_and_status_2(argv, message, capsys) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+
+
+def test_argparse_rejects_non_positive_numbers(capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--job-id", "1", "--darshan.top-records", "0"])
+    assert exc.value.code == 2
+
+
+def test_flags_match_the_source_contract() -> None:
+    """Every source call the flags build binds to the real entry's signature."""
+    argv = (
+        "--job-id 1 --darshan a.darshan b.darshan --darshan-text a.txt --signals-out s.txt "
+        "--darshan.top-records 7 --recorder r --recorder.top-files 3 "
+        "--recorder.per-rank-functions --viztracer v.json --viztracer-out c.json "
+        "--viztracer.top-functions 4 --geopm-report g --darshan c.darshan"
+    )
+    options = build_parser().parse_args(argv.split())
+    requests = {r.name: r for r in source_requests(options)}
+    darshan_logs = [Path("a.darshan"), Path("b.darshan"), Path("c.darshan")]  # flag repeated
+    assert requests["darshan"].inputs == (darshan_logs, [Path("a.txt")])
+    assert requests["darshan"].options == {"top_records": 7, "signals_out": Path("s.txt")}
+    assert requests["recorder"].options == {"top_files": 3, "per_rank_functions": True}
+    assert requests["viztracer"].options == {"cleaned_out": Path("c.json"), "top_functions": 4}
+    assert requests["geopm_report"].inputs == ([Path("g")],)
+    checked = 0
+    for request in requests.values():
+        try:
+            entry = hook.load_entry(request.name)
+        except ImportError:
+            continue  # that source is not written yet
+        inspect.signature(entry).bind(*request.inputs, JobContext("1"), **request.options)
+        checked += 1
+    if checked == 0:
+        pytest.skip("no source package importable yet")
+
+
+# ---------------------------------------------------------------- sources and isolation
+def test_points_to_stdout_with_base_tags(json_source: Path, capsys) -> None:
+    rows = [
+        {"m": "demo", "tags": {"host": "n1"}, "fields": {"v": 1.5, "n": 3}, "time": 10},
+        {"m": "demo", "fields": {"s": "a b"}, "time": 20},
+    ]
+    (json_source / "a.json").write_text(json.dumps(rows))
+    assert (
+        main(
+            ["--job-id", "55", "--cluster", "alpha", "--geopm-report", str(json_source / "a.json")]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert out == (
+        "demo,cluster=alpha,host=n1,jobid=55 n=3i,v=1.5 10\n"
+        'demo,cluster=alpha,jobid=55 s="a b" 20\n'
+    )
+
+
+def test_missing_or_broken_source_costs_only_itself(
+    json_source: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    (json_source / "ok.json").write_text('[{"m": "ok", "fields": {"v": 1}, "time": 5}]')
+    monkeypatch.setitem(hook.SOURCE_ENTRIES, "darshan", ("no_such_hpcmon_module", "collect"))
+    write_source_module(
+        tmp_path,
+        "frame_raising_source",
+        """
+        def collect(paths, job, **options):
+            raise RuntimeError("boom")
+    """,
+    )
+    monkeypatch.setitem(hook.SOURCE_ENTRIES, "recorder", ("frame_raising_source", "collect"))
+    status = main(
+        [
+            "--job-id",
+            "9",
+            "--darshan",
+            "x.darshan",
+            "--recorder",
+            "dir",
+            "--geopm-report",
+            str(json_source / "ok.json"),
+            str(json_source / "missing.json"),
+        ]
+    )
+    captured = capsys.readouterr()
+    assert status == 1
+    assert captured.out == "ok,jobid=9 v=1i 5\n"
+    assert "darshan: source not available: no_such_hpcmon_module cannot be imported" in captured.err
+    assert "recorder: failed: RuntimeError: boom" in captured.err
+    assert "geopm_report: " + str(json_source / "missing.json") in captured.err
+
+
+def test_untimed_and_unencodable_points() -> None:
+    points = [
+        Point("a", {"jobid": "1"}, {"v": 1}, None),
+        Point("b", {"jobid": "1"}, {"v": [1, 2]}, 3),  # a list is no field type
+        Point("c", {"jobid": "1"}, {"v": float("nan")}, 4),  # nothing left: skipped
+        Point("d", {"jobid": "1"}, {"v": 2}, 5),
+    ]
+    lines, problems = hook.points_to_lines(points, run_time_ns=99)
+    assert lines == ["a,jobid=1 v=1i 99", "d,jobid=1 v=2i 5"]
+    assert any("'b'" in p and "cannot encode" in p for p in problems)
+    assert any("1 a point(s) had no timestamp" in p for p in problems)
+
+
+def test_line_breaks_in_string_fields_are_escaped() -> None:
+    point = Point("f", {"jobid": "1", "file": "a\nb"}, {"name": "x\r\ny", "n": 1}, 7)
+    [line], problems = hook.points_to_lines([point])
+    assert problems == [] and "\n" not in line and "\r" not in line
+    assert line == 'f,file=a\\nb,jobid=1 n=1i,name="x\\\\r\\\\ny" 7'
+    assert point.fields["name"] == "x\r\ny"  # the source's point is left alone
+
+
+def test_source_returning_wrong_type_is_an_error(monkeypatch, tmp_path) -> None:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    write_source_module(
+        tmp_path,
+        "frame_wrong_source",
+        """
+        def collect(paths, job):
+            return [1, 2]
+    """,
+    )
+    monkeypatch.setitem(hook.SOURCE_ENTRIES, "geopm_report", ("frame_wrong_source", "collect"))
+    output = hook.collect([hook.SourceRequest("geopm_report", ([],))], JobContext("1"))
+    assert output.points == [] and output.errors == [
+        "geopm_report: returned list, not SourceOutput"
+    ]
+
+
+# ---------------------------------------------------------------- writers from the CLI
+@needs_geopm
+@pytest.mark.integration
+def test_real_geopm_report_to_file_and_influxdb1(
+    influxdb1: servers.InfluxDB1, tmp_path: Path
+) -> None:
+    from post_job.geopm_report import collect_geopm_reports
+
+    influxdb1.create_database("cli_geopm")
+    output = tmp_path / "job.lp"
+    status = main(
+        [
+            "--job-id",
+            "31337",
+            "--cluster",
+            "c1",
+            "--geopm-report",
+            str(GEOPM_REPORT),
+            "--output",
+            str(output),
+            "--influx.v1-url",
+            influxdb1.url,
+            "--influx.database",
+            "cli_geopm",
+        ]
+    )
+    assert status == 0
+    expected: SourceOutput = collect_geopm_reports([GEOPM_REPORT], JobContext("31337", "c1"))
+    assert output.read_text() == to_lines(expected.points)
+    # read back: the application totals of host mcfly1, numbers read off the report file
+    series = influxdb1.series(
+        "SELECT package_energy_joules, power_watts, runtime_seconds FROM geopm_totals "
+        "WHERE jobid='31337' AND scope='application' AND host='mcfly1'",
+        db="cli_geopm",
+    )
+    assert series[0]["values"][0][1:] == [988.304, 110.919, 8.9101]
+    total = 0
+    for measurement in sorted({p.measurement for p in expected.points}):
+        rows = influxdb1.series(f'SELECT * FROM "{measurement}"', db="cli_geopm")
+        total += sum(len(s["values"]) for s in rows)
+    assert total == len(expected.points)
+
+
+@pytest.mark.integration
+def test_server_down_with_spool_is_success_without_is_failure(
+    json_source: Path, tmp_path: Path, capsys
+) -> None:
+    (json_source / "p.json").write_text('[{"m": "x", "fields": {"v": 1}, "time": 5}]')
+    with servers.run_influxdb1() as server:
+        url = server.url
+    base = [
+        "--job-id",
+        "3",
+        "--geopm-report",
+        str(json_source / "p.json"),
+        "--influx.v1-url",
+        url,
+        "--influx.database",
+        "d",
+        "--influx.timeout",
+        "2",
+    ]
+    assert main([*base, "--spool-dir", str(tmp_path / "spool")]) == 0
+    assert len(list((tmp_path / "spool" / "influx-v1").glob("*.spool"))) == 1
+    assert main(base) == 1
+    assert "1 line(s) not written" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_unusable_spool_dir_is_reported_not_raised(
+    json_source: Path, tmp_path: Path, capsys
+) -> None:
+    (json_source / "p.json").write_text('[{"m": "x", "fields": {"v": 1}, "time": 5}]')
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    with servers.run_influxdb1() as server:
+        url = server.url
+    status = main(["--job-id", "3", "--geopm-report", str(json_source / "p.json"),
+                   "--influx.v1-url", url, "--influx.database", "d", "--influx.timeout", "2",
+                   "--spool-dir", str(not_a_dir)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert status == 1
+    assert "cannot write" in err and "1 line(s) not written" in err

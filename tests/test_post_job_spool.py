@@ -1,0 +1,293 @@
+"""The spool: durable batches, exactly-once replay against real servers, hostile spool files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hpcmon.points import Point, to_lines
+from post_job.cli import main
+from post_job.hook import WriterSettings, ship, ship_to_server
+from post_job.model import JobContext
+from post_job.spool import (
+    Spool,
+    SpoolFileError,
+    decode_batch,
+    encode_batch,
+    replay,
+)
+from post_job.writers import Deadline, InfluxV1Writer, InfluxV2Writer
+from tests import servers
+from tests.test_post_job_frame import GEOPM_REPORT, needs_geopm
+from tests.test_post_job_writers import counting, job_points
+
+REPO = Path(__file__).resolve().parents[1]
+lines_strategy = st.lists(st.text(min_size=1, max_size=40), min_size=1, max_size=20)
+
+
+# ---------------------------------------------------------------- file format (hypothesis)
+@settings(max_examples=200, deadline=None)
+@given(lines_strategy)
+def test_batch_round_trip(lines: list[str]) -> None:
+    assert decode_batch(encode_batch(lines, "influx-v1", 1)) == lines
+
+
+@settings(max_examples=200, deadline=None)
+@given(lines_strategy, st.data())
+def test_damaged_batch_is_refused_or_unchanged(lines: list[str], data: st.DataObject) -> None:
+    encoded = encode_batch(lines, "influx-v2", 5)
+    cut = data.draw(st.integers(0, len(encoded) - 1))
+    with pytest.raises(SpoolFileError):
+        decode_batch(encoded[:cut], "f.spool")
+    position = data.draw(st.integers(0, len(encoded) - 1))
+    flipped = bytearray(encoded)
+    flipped[position] ^= data.draw(st.integers(1, 255))
+    try:
+        result = decode_batch(bytes(flipped), "f.spool")
+    except SpoolFileError as exc:
+        assert str(exc).startswith("f.spool: ")
+    else:  # only a harmless header byte (e.g. a digit of created_ns) may change
+        assert result == lines
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300))
+def test_arbitrary_bytes_never_crash_the_reader(data: bytes) -> None:
+    try:
+        lines = decode_batch(data, "x")
+    except SpoolFileError:
+        return
+    assert all(isinstance(line, str) for line in lines)
+
+
+# ---------------------------------------------------------------- local behaviour
+def test_spool_is_fifo_and_atomic(tmp_path: Path) -> None:
+    spool = Spool(tmp_path, "influx-v1")
+    first = spool.add(["a 1", "b 2"])
+    second = spool.add(["c 3"])
+    assert spool.pending() == [first, second]
+    assert spool.read(first) == ["a 1", "b 2"]
+    assert sorted(p.name for p in spool.dir.iterdir() if not p.name.startswith(".lock")) == sorted(
+        [first.name, second.name]
+    )  # no temporary files left behind
+
+
+def test_corrupt_file_is_quarantined_and_queue_continues(
+    influxdb1: servers.InfluxDB1, tmp_path: Path
+) -> None:
+    influxdb1.create_database("quarantine")
+    spool = Spool(tmp_path, "influx-v1")
+    broken = spool.add(["m v=1 1"])
+    broken.write_bytes(broken.read_bytes()[:-3])
+    good = spool.add(to_lines(job_points("pj_q", "q", 3)).splitlines())
+    result = replay(spool, InfluxV1Writer(influxdb1.url, "quarantine"), Deadline(30), 5)
+    assert result.files_sent == 1 and result.lines_sent == 3
+    assert len(result.corrupt) == 1 and str(broken) in result.corrupt[0]
+    assert not good.exists() and spool.pending() == []
+    assert (spool.rejected_dir / (broken.name + ".corrupt")).exists()
+
+
+def test_locked_spool_is_not_replayed(tmp_path: Path) -> None:
+    spool = Spool(tmp_path, "influx-v1")
+    spool.add(["m v=1 1"])
+    with spool.replay_lock() as locked:
+        assert locked
+        result = replay(
+            Spool(tmp_path, "influx-v1"), InfluxV1Writer("http://127.0.0.1:9", "d"), Deadline(5), 1
+        )
+    assert result.skipped_locked and result.files_left == 1
+
+
+# ---------------------------------------------------------------- outage, then flush
+def _count_influx(server: servers.InfluxDB1, db: str, measurement: str) -> int:
+    series = server.series(f'SELECT count("bytes") FROM "{measurement}"', db=db)
+    return series[0]["values"][0][1] if series else 0
+
+
+def test_influxdb1_outage_then_flush_every_point_once(
+    influxdb1: servers.InfluxDB1, tmp_path: Path
+) -> None:
+    influxdb1.create_database("outage")
+    points = job_points("pj_outage", "4242", 12)
+    spool_dir = tmp_path / "spool"
+    writer_flags = [
+        "--influx.v1-url",
+        influxdb1.url,
+        "--influx.database",
+        "outage",
+        "--spool-dir",
+        str(spool_dir),
+        "--influx.batch-size",
+        "5",
+    ]
+    settings_ = WriterSettings(
+        v1_url=influxdb1.url, v1_database="outage", spool_dir=str(spool_dir), batch_size=5
+    )
+    influxdb1.stop()
+    try:
+        [report] = ship(to_lines(points).splitlines(), settings_, Deadline(30))
+        assert (report.written, report.spooled, report.lost) == (0, 12, 0)
+        assert len(Spool(spool_dir, "influx-v1").pending()) == 3  # one file per batch
+        assert main(["flush", *writer_flags]) == 1  # still down: kept, reported
+    finally:
+        influxdb1.start_again()
+    assert main(["flush", *writer_flags]) == 0
+    assert _count_influx(influxdb1, "outage", "pj_outage") == 12
+    assert Spool(spool_dir, "influx-v1").pending() == []
+    assert main(["flush", *writer_flags]) == 0  # nothing left to send twice
+    assert _count_influx(influxdb1, "outage", "pj_outage") == 12
+
+
+def _vm_samples(server: servers.VictoriaMetrics, job_id: str) -> Counter:
+    """(series, timestamp) -> how many samples VictoriaMetrics holds (it does not dedup)."""
+    samples: Counter = Counter()
+    for row in server.export(f'{{jobid="{job_id}"}}'):
+        key = tuple(sorted(row["metric"].items()))
+        for stamp in row["timestamps"]:
+            samples[(key, stamp)] += 1
+    return samples
+
+
+def test_victoria_metrics_outage_next_run_replays_exactly_once(
+    victoria_metrics: servers.VictoriaMetrics, tmp_path: Path
+) -> None:
+    """VictoriaMetrics keeps duplicate samples, so any double send would show up here."""
+    job_id = f"vm-out-{uuid.uuid4().hex[:6]}"
+    first = job_points("pj_vmout", job_id, 9)
+    second = [Point("pj_vmout2", {"jobid": job_id}, {"bytes": 5}, 1_700_000_100_000_000_000)]
+    settings_ = WriterSettings(
+        v2_url=victoria_metrics.url,
+        v2_org="o",
+        v2_bucket="b",
+        spool_dir=str(tmp_path),
+        batch_size=4,
+        request_timeout=3,
+    )
+    victoria_metrics.stop()
+    try:
+        [report] = ship(to_lines(first).splitlines(), settings_, Deadline(30))
+        assert (report.written, report.spooled) == (0, 9)
+    finally:
+        victoria_metrics.start_again()
+    writer, sent = counting(InfluxV2Writer(victoria_metrics.url, "o", "b", None))
+    # the next job's run replays the spool first, then sends its own point
+    report = ship_to_server(to_lines(second).splitlines(), writer, settings_, Deadline(30))
+    writer.close()
+    assert report.replayed_files == 3 and report.replayed_lines == 9 and report.written == 1
+    assert sent == [4, 4, 1, 1]
+    samples = _vm_samples(victoria_metrics, job_id)
+    numeric_fields = 3  # bytes, bw, ok (strings are not stored as samples we compare)
+    expected = 9 * numeric_fields + 1
+    assert (
+        sum(1 for (key, _), n in samples.items() if not dict(key)["__name__"].endswith("_label"))
+        == expected
+    )
+    assert set(samples.values()) == {1}
+
+
+def test_two_concurrent_flushes_send_each_file_once(
+    victoria_metrics: servers.VictoriaMetrics, tmp_path: Path
+) -> None:
+    job_id = f"vm-conc-{uuid.uuid4().hex[:6]}"
+    spool = Spool(tmp_path, "influx-v2")
+    points = job_points("pj_conc", job_id, 40)
+    lines = to_lines(points).splitlines()
+    for start in range(0, 40, 2):
+        spool.add(lines[start : start + 2])
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    env["PYTHONPATH"] = str(REPO)
+    flush_args = ["flush", "--spool-dir", str(tmp_path), "--influx.url", victoria_metrics.url,
+                  "--influx.org", "o", "--influx.bucket", "b"]  # fmt: skip
+    command = [sys.executable, "-m", "post_job", *flush_args]
+    procs = [
+        subprocess.Popen(command, env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outputs = [proc.communicate(timeout=120)[1] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], outputs
+    if spool.pending():  # the second process may have started after the first took the lock
+        assert main(flush_args) == 0
+    assert spool.pending() == []
+    samples = _vm_samples(victoria_metrics, job_id)
+    assert len(samples) == 40 * 4 and set(samples.values()) == {1}
+
+
+@settings(
+    max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=5))
+def test_partial_batches_left_after_time_limit_are_replayed_later(
+    influxdb1: servers.InfluxDB1, tmp_path_factory, sizes: list[int]
+) -> None:
+    """A spool left by a run that ran out of time is replayed whole, in order."""
+    db = f"late_{uuid.uuid4().hex[:8]}"
+    influxdb1.create_database(db)
+    root = tmp_path_factory.mktemp("spool")
+    spool = Spool(root, "influx-v1")
+    total = 0
+    for size in sizes:
+        spool.add([f"pj_late,jobid=1 bytes={total + k}i {total + k + 1}" for k in range(size)])
+        total += size
+    writer = InfluxV1Writer(influxdb1.url, db)
+    assert replay(spool, writer, Deadline(0), 5).files_sent == 0  # no time: nothing sent
+    result = replay(spool, writer, Deadline(30), 5)
+    assert result.files_sent == len(sizes) and result.lines_sent == total
+    assert _count_influx(influxdb1, db, "pj_late") == total
+    assert spool.pending() == []
+
+
+def test_stale_temporary_file_is_ignored_and_cleaned(
+    influxdb1: servers.InfluxDB1, tmp_path: Path
+) -> None:
+    influxdb1.create_database("stale")
+    spool = Spool(tmp_path, "influx-v1")
+    spool.add(["pj_stale,jobid=1 bytes=1i 1"])
+    stale = spool.dir / ".tmp-0000-1-1.spool-99-1"
+    stale.write_bytes(b"half a batch")
+    old = time.time() - 7200
+    os.utime(stale, (old, old))
+    result = replay(spool, InfluxV1Writer(influxdb1.url, "stale"), Deadline(30), 5)
+    assert result.files_sent == 1 and not result.corrupt and not stale.exists()
+
+
+@needs_geopm
+def test_hook_run_during_outage_then_flush_real_report(
+    influxdb1: servers.InfluxDB1, tmp_path: Path
+) -> None:
+    """The whole command: a real GEOPM report while InfluxDB is down, then flush, then rerun."""
+    from post_job.geopm_report import collect_geopm_reports
+
+    influxdb1.create_database("hook_outage")
+    expected = collect_geopm_reports([GEOPM_REPORT], JobContext("808")).points
+    per_measurement = Counter(point.measurement for point in expected)
+    writers = ["--influx.v1-url", influxdb1.url, "--influx.database", "hook_outage",
+               "--spool-dir", str(tmp_path), "--influx.batch-size", "1"]  # fmt: skip
+    hook_run = ["--job-id", "808", "--geopm-report", str(GEOPM_REPORT), *writers]
+    influxdb1.stop()
+    try:
+        assert main(hook_run) == 0  # spooled counts as success: nothing is lost
+        assert len(Spool(tmp_path, "influx-v1").pending()) == len(expected)
+    finally:
+        influxdb1.start_again()
+    assert main(["flush", *writers]) == 0
+    assert Spool(tmp_path, "influx-v1").pending() == []
+
+    def stored() -> Counter:
+        found: Counter = Counter()
+        for measurement in per_measurement:
+            for series in influxdb1.series(f'SELECT * FROM "{measurement}"', db="hook_outage"):
+                found[measurement] += len(series["values"])
+        return found
+
+    assert stored() == per_measurement
+    assert main(hook_run) == 0  # the same job again: same points, no duplicates
+    assert stored() == per_measurement
