@@ -1,0 +1,1 @@
+"""GEOPM / powercap power and energy on compute nodes: backends, naming, sampler, collector."""

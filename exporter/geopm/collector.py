@@ -1,0 +1,179 @@
+"""``--collector.geopm``: live power and energy from GEOPM or powercap (RAPL).
+
+The sampler thread reads the chosen backend every ``--geopm.interval``; ``exposition()``
+renders the latest snapshot (cached per snapshot, so concurrent scrapes cost one render).
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from exporter.collector import Collector, add_flag
+from exporter.exposition import render_families
+from exporter.geopm.model import Backend
+from exporter.geopm.naming import metric_name
+from exporter.geopm.requests import RequestError, parse_signals_option
+from exporter.geopm.sampler import Sampler, Snapshot
+
+BACKENDS = ("auto", "geopmdpy", "geopmsession", "powercap")
+LABELS = ["domain", "domain_index", "source"]
+
+
+def _interval(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {value!r}") from None
+    if not 0.01 <= seconds <= 3600:
+        raise argparse.ArgumentTypeError("must be between 0.01 and 3600 seconds")
+    return seconds
+
+
+def _signals(value: str) -> str:
+    try:
+        parse_signals_option(value)
+    except RequestError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
+def make_backends(options: argparse.Namespace) -> list[Backend]:
+    """Backends in preference order for ``--geopm.backend`` (auto: geopmdpy, then powercap)."""
+    choice = getattr(options, "geopm_backend", "auto")
+    requests = parse_signals_option(getattr(options, "geopm_signals", None))
+    interval = getattr(options, "geopm_interval", 1.0)
+    backends: list[Backend] = []
+    if choice in ("auto", "geopmdpy"):
+        from exporter.geopm.geopmdpy_backend import GeopmdpyBackend
+
+        backends.append(GeopmdpyBackend(requests))
+    if choice == "geopmsession":
+        from exporter.geopm.geopmsession_backend import GeopmsessionBackend
+
+        backends.append(
+            GeopmsessionBackend(
+                getattr(options, "geopm_session_path", "geopmsession"), requests, interval
+            )
+        )
+    if choice in ("auto", "powercap"):
+        from exporter.geopm.powercap import PowercapBackend
+
+        backends.append(PowercapBackend(getattr(options, "path_sysfs", "/sys")))
+    return backends
+
+
+def snapshot_families(snapshot: Snapshot) -> list[Metric]:
+    """Metric families for one snapshot: signals first, then the collector's own health."""
+    families: dict[str, Metric] = {}
+    for reading in snapshot.readings:
+        name = metric_name(reading.key.signal, reading.unit, reading.monotone)
+        family = families.get(name.name)
+        if family is None:
+            if name.kind == "counter":
+                family = CounterMetricFamily(name.name, name.help, labels=LABELS)
+            else:
+                family = GaugeMetricFamily(name.name, name.help, labels=LABELS)
+            families[name.name] = family
+        elif family.type != name.kind:
+            continue
+        labels = [reading.key.domain, str(reading.key.index), reading.source]
+        family.add_metric(labels, reading.value)
+    up = GaugeMetricFamily(
+        "geopm_up",
+        "Whether the power backend gave samples at the last interval (1) or not (0).",
+        labels=["source"],
+    )
+    duration = GaugeMetricFamily(
+        "geopm_sample_duration_seconds",
+        "Time the last read of the backend took.",
+        labels=["source"],
+    )
+    errors = CounterMetricFamily(
+        "geopm_errors",
+        "Read problems since start (failed reads, "
+        "unreadable zones, bad values, child process exits).",
+        labels=["source"],
+    )
+    resets = CounterMetricFamily(
+        "geopm_signal_rebases",
+        "Counter decreases that were not a "
+        "hardware wraparound (source restarts); the interval is "
+        "not counted.",
+        labels=["source"],
+    )
+    for source, is_up in sorted(snapshot.up.items()):
+        up.add_metric([source], 1.0 if is_up else 0.0)
+        errors.add_metric([source], float(snapshot.errors_total.get(source, 0)))
+        resets.add_metric([source], float(snapshot.counter_resets_total.get(source, 0)))
+    for source, seconds in sorted(snapshot.sample_seconds.items()):
+        duration.add_metric([source], seconds)
+    return [*families.values(), up, duration, errors, resets]
+
+
+class GeopmCollector(Collector):
+    name = "geopm"
+    description = "GEOPM / powercap (RAPL) power and energy of this node"
+    enabled_by_default = False
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        add_flag(
+            parser,
+            "--geopm.backend",
+            choices=BACKENDS,
+            default="auto",
+            help="where power and energy come from; auto = geopmdpy if it works, "
+            "else powercap (default auto)",
+        )
+        add_flag(
+            parser,
+            "--geopm.interval",
+            type=_interval,
+            default=1.0,
+            help="sampling interval in seconds (default 1)",
+        )
+        add_flag(
+            parser,
+            "--geopm.signals",
+            type=_signals,
+            default=None,
+            help="GEOPM requests 'SIGNAL DOMAIN INDEX' (INDEX may be *), comma-separated "
+            "or a file with one per line; default: CPU/DRAM/GPU energy and power",
+        )
+        add_flag(
+            parser,
+            "--geopm.session-path",
+            default="geopmsession",
+            help="geopmsession executable for --geopm.backend geopmsession",
+        )
+        add_flag(
+            parser,
+            "--path.sysfs",
+            default="/sys",
+            help="sysfs mount point, for powercap zones (default /sys)",
+        )
+
+    def __init__(self, options: argparse.Namespace) -> None:
+        super().__init__(options)
+        self.sampler = Sampler(make_backends(options), getattr(options, "geopm_interval", 1.0))
+        self._lock = threading.Lock()
+        self._rendered: tuple[int, bytes] = (-1, b"")
+
+    def start(self) -> None:
+        self.sampler.start()
+
+    def stop(self) -> None:
+        self.sampler.stop()
+
+    def exposition(self) -> bytes:
+        snapshot = self.sampler.snapshot
+        with self._lock:
+            seq, body = self._rendered
+            if seq != snapshot.seq:
+                body = render_families(snapshot_families(snapshot))
+                self._rendered = (snapshot.seq, body)
+        return body

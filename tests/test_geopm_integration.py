@@ -1,0 +1,190 @@
+"""The exporter as a process, scraped by a real Prometheus, on a powercap tree whose
+energy counters the test advances at a known power; and TLS with a symlinked certificate."""
+
+from __future__ import annotations
+
+import os
+import ssl
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from exporter.cli import available_collectors
+from tests import servers, test_exporter_web
+from tests.test_geopm_helpers import write_zone
+
+pytestmark = pytest.mark.integration
+
+# The exporter web tests' self-signed certificate behind certbot-like symlinks, shared.
+shared_certificate = test_exporter_web.certificate
+
+REPO = Path(__file__).resolve().parents[1]
+POWER_WATTS = {"0": 123.4, "1": 56.7}  # injected per package zone
+START_UJ = {"0": 262_143_328_850 - 3_000_000, "1": 5_000_000}  # package 0 wraps after ~24 ms
+MAX_RANGE_UJ = 262_143_328_850
+
+
+def exporter_args(sysfs: Path, port: int, *extra: str) -> list[str]:
+    args = [sys.executable, "-m", "exporter"]
+    if "jobstats" in available_collectors():
+        args.append("--no-collector.jobstats")
+    return args + [
+        "--collector.geopm",
+        "--geopm.backend",
+        "powercap",
+        "--path.sysfs",
+        str(sysfs),
+        "--web.listen-address",
+        f"127.0.0.1:{port}",
+        *extra,
+    ]
+
+
+def start_exporter(args: list[str], log: Path, url: str) -> subprocess.Popen:
+    with open(log, "wb") as handle:
+        proc = subprocess.Popen(
+            args,
+            cwd=REPO,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env={k: v for k, v in os.environ.items() if "proxy" not in k.lower()},
+        )
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(log.read_text())
+        try:
+            urllib.request.urlopen(url, timeout=1, context=context).read()
+            return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise TimeoutError(log.read_text())
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+class EnergyWriter(threading.Thread):
+    """Advances each zone's energy_uj as the hardware would at a constant power (with the
+    counter wrapping at max_energy_range_uj), rewriting the file every 10 ms."""
+
+    def __init__(self, zones: dict[str, Path]) -> None:
+        super().__init__(daemon=True)
+        self.zones = zones
+        self.halt = threading.Event()
+        self.started_at = time.monotonic()
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            elapsed = time.monotonic() - self.started_at
+            for zone, path in self.zones.items():
+                energy = int(START_UJ[zone] + POWER_WATTS[zone] * 1e6 * elapsed) % MAX_RANGE_UJ
+                temporary = path / ".energy_uj.tmp"
+                temporary.write_text(f"{energy}\n")
+                os.replace(temporary, path / "energy_uj")
+            self.halt.wait(0.01)
+
+
+@pytest.fixture
+def powercap_tree(tmp_path: Path) -> Iterator[Path]:
+    zones = {
+        zone: write_zone(tmp_path, zone, f"package-{zone}", START_UJ[zone]) for zone in POWER_WATTS
+    }
+    write_zone(tmp_path, "0:0", "dram", 1_000_000)
+    writer = EnergyWriter(zones)
+    writer.start()
+    yield tmp_path
+    writer.halt.set()
+    writer.join()
+
+
+def test_prometheus_rate_equals_injected_power(
+    prometheus_factory, powercap_tree: Path, tmp_path: Path
+) -> None:
+    port = servers.free_port()
+    proc = start_exporter(
+        exporter_args(powercap_tree, port, "--geopm.interval", "0.2"),
+        tmp_path / "exporter.log",
+        f"http://127.0.0.1:{port}/metrics",
+    )
+    try:
+        prom = prometheus_factory(
+            [
+                {
+                    "job_name": "node",
+                    "scrape_interval": "1s",
+                    "static_configs": [{"targets": [f"127.0.0.1:{port}"]}],
+                }
+            ]
+        )
+        prom.wait_for('geopm_up{source="powercap"} == 1', timeout=60)
+        window = 25
+        # Enough scrapes to cover the whole window before asking for the rate.
+        prom.wait_for(
+            f'count_over_time(geopm_cpu_energy_joules_total{{domain_index="0"}}'
+            f"[{window + 3}s]) >= {window + 1}",
+            timeout=window + 60,
+        )
+        result = prom.query(f"rate(geopm_cpu_energy_joules_total[{window}s])")
+        rates = {r["metric"]["domain_index"]: float(r["value"][1]) for r in result}
+        for zone, watts in POWER_WATTS.items():
+            assert rates[zone] == pytest.approx(watts, rel=0.01), (zone, rates)
+        power = prom.query(f"avg_over_time(geopm_cpu_power_watts[{window}s])")
+        derived = {r["metric"]["domain_index"]: float(r["value"][1]) for r in power}
+        # Each derived value covers one 0.2 s interval, so the writer's 10 ms steps and this
+        # test's thread scheduling show through: a loose check (a unit error is 1e6 off).
+        for zone, watts in POWER_WATTS.items():
+            assert derived[zone] == pytest.approx(watts, rel=0.10), (zone, derived)
+        resets = prom.query("resets(geopm_cpu_energy_joules_total[5m])")
+        assert {r["metric"]["domain_index"]: r["value"][1] for r in resets} == {
+            "0": "0",
+            "1": "0",
+        }  # package 0 wrapped, the exported counter never went down
+        status, body = servers.http_get(f"http://127.0.0.1:{port}/metrics")
+        assert status == 200
+        check = subprocess.run(
+            ["promtool", "check", "metrics"], input=body, capture_output=True, timeout=60
+        )
+        assert check.returncode == 0, check.stderr
+    finally:
+        stop(proc)
+
+
+def test_tls_with_symlinked_certificate(
+    powercap_tree: Path, tmp_path: Path, shared_certificate: tuple[Path, Path]
+) -> None:
+    """The certificate and key are symlinks into an archive directory, as certbot does."""
+    cert_file, key_file = shared_certificate
+    assert cert_file.is_symlink() and key_file.is_symlink()
+    config = tmp_path / "web.yml"
+    config.write_text(f"tls_server_config:\n  cert_file: {cert_file}\n  key_file: {key_file}\n")
+    port = servers.free_port()
+    url = f"https://127.0.0.1:{port}/metrics"
+    proc = start_exporter(
+        exporter_args(powercap_tree, port, "--web.config.file", str(config)),
+        tmp_path / "exporter.log",
+        url,
+    )
+    try:
+        context = ssl.create_default_context(cafile=str(cert_file))
+        body = urllib.request.urlopen(url, timeout=10, context=context).read()
+        assert b'geopm_up{source="powercap"} 1.0' in body
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+    finally:
+        stop(proc)
