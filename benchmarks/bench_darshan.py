@@ -1,0 +1,169 @@
+"""Benchmark of the Darshan source (issue 4).
+
+Baseline, measured in the same run: PyDarshan reading the same log the way its users do
+(DarshanReport + records[mod].to_df() for every I/O module we use, + the heatmaps).
+Target: the whole signals computation (read + signals + points) <= 1.5 x that read time on
+the largest fixture logs, and a synthetic 100,000-record POSIX log written as darshan-parser
+text processed in < 10 s.
+
+    .venv/bin/python benchmarks/bench_darshan.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from post_job.darshan import collect_darshan  # noqa: E402
+from post_job.darshan.model import IO_MODULES  # noqa: E402
+from post_job.darshan.points import log_points  # noqa: E402
+from post_job.darshan.reader_pydarshan import read_darshan_log  # noqa: E402
+from post_job.darshan.signals import compute_signals  # noqa: E402
+from post_job.model import JobContext  # noqa: E402
+
+LOGS = ROOT / "tests" / "data" / "darshan" / "logs"
+BIG_LOGS = {
+    "drishti 384 ranks": LOGS
+    / ("jlbez_8a_benchmark_write_parallel_id1322696_8-21-14519-8141979180909667175_12.darshan"),
+    "e3sm 512 ranks": LOGS / "e3sm_io_heatmap_only.darshan",
+    "skew 2048 ranks": LOGS / "skew-autobench-ior.darshan",
+}
+JOB = JobContext("bench")
+
+
+def median_time(function, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def pydarshan_baseline(path: Path) -> None:
+    import darshan
+
+    report = darshan.DarshanReport(str(path), read_all=False)
+    for module in report.modules:
+        if module in IO_MODULES:
+            report.mod_read_all_records(module, warnings=False)
+            report.records[module].to_df()
+    if "HEATMAP" in report.modules:
+        report.read_all_heatmap_records()
+
+
+def in_process(path: Path) -> None:
+    log = read_darshan_log(path)
+    log_points(log.job, compute_signals(log), JOB.base_tags(), log.names, 100)
+
+
+def isolated(path: Path) -> None:
+    output = collect_darshan([path], [], JOB)
+    assert output.points
+
+
+def write_synthetic_text(path: Path, records: int) -> None:
+    """A darshan-parser-format POSIX log: `records` files over 512 ranks + 100 shared files."""
+    from darshan.backend.cffi_backend import counter_names, fcounter_names
+
+    ints, floats = counter_names("POSIX"), fcounter_names("POSIX")
+    with path.open("w") as out:
+        out.write("# darshan log version: 3.41\n# exe: /apps/synthetic -n 100000\n")
+        out.write("# uid: 1000\n# jobid: 1\n# start_time: 1700000000\n")
+        out.write("# end_time: 1700003600\n# nprocs: 512\n# run time: 3600.0000\n\n")
+        for number in range(records):
+            rank = -1 if number < 100 else number % 512
+            record_id = 10**15 + number
+            prefix = f"POSIX\t{rank}\t{record_id}\t"
+            suffix = f"\t/lus/scratch/run/out.{number:06d}\t/lus/scratch\tlustre\n"
+            size = 4096 * (1 + number % 7)
+            lines = [
+                f"{prefix}{name}\t{(number % 13) * (1 + i % 5)}{suffix}"
+                for i, name in enumerate(ints)
+            ]
+            lines[3] = f"{prefix}POSIX_READS\t{number % 17}{suffix}"
+            lines[14] = f"{prefix}POSIX_BYTES_READ\t{(number % 17) * size}{suffix}"
+            lines += [
+                f"{prefix}{name}\t{0.000137 * (1 + (number + i) % 9):.6f}{suffix}"
+                for i, name in enumerate(floats)
+            ]
+            out.write("".join(lines))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats, 20,000 records")
+    args = parser.parse_args()
+    repeats = 1 if args.quick else 5
+    synthetic_records = 20_000 if args.quick else 100_000
+    import darshan  # noqa: F401  (load the C library once, outside the timings)
+
+    rows = []
+    for label, path in BIG_LOGS.items():
+        pydarshan_baseline(path)  # warm the page cache
+        baseline = median_time(lambda p=path: pydarshan_baseline(p), repeats)
+        ours = median_time(lambda p=path: in_process(p), repeats)
+        ours_isolated = median_time(lambda p=path: isolated(p), repeats)
+        rows.append(
+            {
+                "case": label,
+                "baseline_pydarshan_read_s": baseline,
+                "signals_in_process_s": ours,
+                "signals_isolated_child_s": ours_isolated,
+                "ratio_in_process": ours / baseline,
+                "ratio_isolated": ours_isolated / baseline,
+            }
+        )
+    with tempfile.TemporaryDirectory() as directory:
+        text = Path(directory) / "synthetic.txt"
+        start = time.perf_counter()
+        write_synthetic_text(text, synthetic_records)
+        generate = time.perf_counter() - start
+        size_mb = text.stat().st_size / 1e6
+        text_time = median_time(lambda: collect_darshan([], [text], JOB), max(1, repeats // 2))
+        out = Path(directory) / "signals.txt"
+        with_output = median_time(lambda: collect_darshan([], [text], JOB, signals_out=out), 1)
+    print(
+        f"{'log':<20} {'PyDarshan read':>15} {'ours':>9} {'ratio':>6} "
+        f"{'ours+child':>11} {'ratio':>6}   (target ratio <= 1.5)"
+    )
+    for row in rows:
+        print(
+            f"{row['case']:<20} {row['baseline_pydarshan_read_s']:>14.3f}s "
+            f"{row['signals_in_process_s']:>8.3f}s {row['ratio_in_process']:>6.2f} "
+            f"{row['signals_isolated_child_s']:>10.3f}s {row['ratio_isolated']:>6.2f}"
+        )
+    print(
+        f"\nsynthetic darshan-parser text: {synthetic_records} POSIX records, {size_mb:.0f} MB "
+        f"(generated in {generate:.1f}s)"
+    )
+    print(f"  text -> signals -> points        {text_time:6.2f}s   (target < 10 s)")
+    print(f"  ... plus --signals-out text file {with_output:6.2f}s")
+    results = {
+        "logs": rows,
+        "synthetic_text": {
+            "records": synthetic_records,
+            "megabytes": size_mb,
+            "points_s": text_time,
+            "with_signals_out_s": with_output,
+            "target_s": 10.0,
+        },
+        "repeats": repeats,
+        "quick": args.quick,
+    }
+    out_dir = ROOT / "bench-results"
+    out_dir.mkdir(exist_ok=True)
+    (out_dir / "darshan.json").write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,144 @@
+"""Typed records both Darshan readers produce, so binary and text input give identical signals.
+
+Records are kept column-wise (one numpy array per counter, one row per record) because a job
+can have 100,000 records and the signals are computed with array arithmetic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# Darshan modules whose records carry I/O counters; the others (LUSTRE, APMPI, APXC, DXT_*)
+# are known to Darshan but give no signal, so readers skip them without an error.
+IO_MODULES = (
+    "POSIX",
+    "MPI-IO",
+    "STDIO",
+    "H5F",
+    "H5D",
+    "PNETCDF_FILE",
+    "PNETCDF_VAR",
+    "DFS",
+    "DAOS",
+)
+SKIPPED_MODULES = (
+    "LUSTRE",
+    "APMPI",
+    "APXC",
+    "DXT_POSIX",
+    "DXT_MPIIO",
+    "MDHIM",
+    "BG/Q",
+    "NULL",
+    "PNETCDF",
+)
+HEATMAP = "HEATMAP"
+
+# darshan-parser prints floating point counters with printf("%f"): 6 decimals. Values below
+# this bound are rounded to 1e-6 by both readers so that text and binary agree bit for bit;
+# above it a double already has less than 1e-6 resolution and is kept as is.
+_ROUND_LIMIT = 4.0e9
+
+
+def round_like_parser(values: np.ndarray) -> np.ndarray:
+    """Round floating point counters to the microsecond resolution darshan-parser prints."""
+    values = np.asarray(values, dtype=np.float64)
+    small = np.abs(values) < _ROUND_LIMIT
+    rounded = np.rint(values * 1e6) / 1e6
+    return np.where(small, rounded, values)
+
+
+@dataclass
+class JobInfo:
+    """The job header of one Darshan log."""
+
+    log_jobid: str = ""
+    uid: int | None = None
+    nprocs: int = 0
+    start_time: int = 0  # epoch seconds
+    end_time: int = 0  # epoch seconds
+    run_time: float = 0.0  # seconds, 4 decimals like darshan-parser prints
+    exe: str = ""
+    log_version: str = ""
+    metadata: dict[str, str] = field(default_factory=dict)
+    header_lines: list[str] = field(default_factory=list)  # darshan-parser's header block
+
+    @property
+    def exe_name(self) -> str:
+        """Base name of the executable (first word of the command line)."""
+        first = self.exe.split(" ", 1)[0] if self.exe else ""
+        return first.rsplit("/", 1)[-1]
+
+
+@dataclass
+class ModuleTable:
+    """All records of one Darshan module, one row per (rank, record_id)."""
+
+    module: str
+    record_ids: np.ndarray  # uint64
+    ranks: np.ndarray  # int64, -1 = shared file
+    counters: dict[str, np.ndarray]  # name -> int64 column
+    fcounters: dict[str, np.ndarray]  # name -> float64 column
+    partial: bool = False
+
+    def __len__(self) -> int:
+        return len(self.record_ids)
+
+    def column(self, name: str) -> np.ndarray | None:
+        """A counter column by its Darshan name, or None when this log lacks it."""
+        found = self.counters.get(name)
+        if found is None:
+            found = self.fcounters.get(name)
+        return found
+
+
+@dataclass
+class HeatmapRecord:
+    """One rank's HEATMAP record for one submodule (POSIX, MPIIO, STDIO, DFS, DAOS).
+
+    Bins hold bytes read/written during each bin (Darshan's heatmap module), not operations.
+    """
+
+    submodule: str
+    rank: int
+    record_id: int
+    bin_width: float  # seconds; 0 when the log lacks it
+    read_bins: np.ndarray  # int64
+    write_bins: np.ndarray  # int64
+
+
+@dataclass
+class DarshanLog:
+    """Everything the signals need from one log, whatever the reader."""
+
+    source: str  # the file it came from, for messages
+    job: JobInfo
+    modules: dict[str, ModuleTable] = field(default_factory=dict)
+    heatmaps: list[HeatmapRecord] = field(default_factory=list)
+    names: dict[int, str] = field(default_factory=dict)  # record_id -> file name
+    skipped_modules: list[str] = field(default_factory=list)  # in the log, no signal in them
+    problems: list[str] = field(default_factory=list)  # "<file>: <problem>" messages
+
+
+# Known HEATMAP record ids (hash of "heatmap:<SUBMODULE>"), used when no name is available.
+HEATMAP_IDS = {
+    16592106915301738621: "POSIX",
+    3989511027826779520: "STDIO",
+    3668870418325792824: "MPIIO",
+    1597927878319380788: "DFS",
+    4131494093108637317: "DAOS",
+}
+
+
+def heatmap_submodule(record_id: int, name: str | None) -> str:
+    """Submodule of a HEATMAP record from its name ("heatmap:POSIX") or its well-known id."""
+    if name and name.startswith("heatmap:"):
+        return name.split(":", 1)[1]
+    return HEATMAP_IDS.get(record_id, str(record_id))
+
+
+def is_record_id_counter(name: str) -> bool:
+    """Counters holding another record's id (a hash, not a count): no signal uses them."""
+    return name.endswith(("_REC_ID", "_RENAMED_FROM"))

@@ -1,0 +1,666 @@
+"""Darshan signals spec v2.2: job, module, record (+ POSIX) and HEATMAP signals with NA reasons.
+
+Input is the common typed model, so binary and text logs give the same signals. Record signals
+are computed column-wise (numpy) because one job can have 100,000 records. Choices the spec
+leaves open are documented in README.md next to this file.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from post_job.darshan.model import DarshanLog, HeatmapRecord, ModuleTable
+
+MIB = 1024.0 * 1024.0
+
+NA_REASONS = (
+    "no_reads",
+    "no_writes",
+    "no_io",
+    "no_read_time",
+    "no_write_time",
+    "no_time",
+    "no_bytes",
+    "no_file_size",
+    "no_fastest_bytes",
+    "not_shared_file",
+    "not_monitored",
+    "not_available",
+    "no_bin_width",
+)
+_CODE = {reason: number for number, reason in enumerate(NA_REASONS, start=1)}
+
+
+@dataclass(frozen=True)
+class NA:
+    """A signal with no value, and why (one of NA_REASONS)."""
+
+    reason: str
+
+    def __str__(self) -> str:
+        return f"NA({self.reason})"
+
+
+Value = int | float | NA
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Which counters of a module play which role in the formulas (None/() = module lacks it)."""
+
+    reads: tuple[str, ...]
+    writes: tuple[str, ...]
+    bytes_read: str | None
+    bytes_written: str | None
+    read_time: str | None
+    write_time: str | None
+    meta_time: str | None
+    slowest_rank_time: str | None
+
+
+def _layout(prefix: str, reads: tuple[str, ...], writes: tuple[str, ...]) -> Layout:
+    return Layout(
+        reads=tuple(f"{prefix}_{name}" for name in reads),
+        writes=tuple(f"{prefix}_{name}" for name in writes),
+        bytes_read=f"{prefix}_BYTES_READ",
+        bytes_written=f"{prefix}_BYTES_WRITTEN",
+        read_time=f"{prefix}_F_READ_TIME",
+        write_time=f"{prefix}_F_WRITE_TIME",
+        meta_time=f"{prefix}_F_META_TIME",
+        slowest_rank_time=f"{prefix}_F_SLOWEST_RANK_TIME",
+    )
+
+
+LAYOUTS: dict[str, Layout] = {
+    "POSIX": _layout("POSIX", ("READS",), ("WRITES",)),
+    "MPI-IO": _layout(
+        "MPIIO",
+        ("INDEP_READS", "COLL_READS", "SPLIT_READS", "NB_READS"),
+        ("INDEP_WRITES", "COLL_WRITES", "SPLIT_WRITES", "NB_WRITES"),
+    ),
+    "STDIO": _layout("STDIO", ("READS",), ("WRITES",)),
+    "H5F": Layout((), (), None, None, None, None, "H5F_F_META_TIME", None),
+    "H5D": _layout("H5D", ("READS",), ("WRITES",)),
+    "PNETCDF_FILE": Layout(
+        (),
+        (),
+        "PNETCDF_FILE_BYTES_READ",
+        "PNETCDF_FILE_BYTES_WRITTEN",
+        None,
+        None,
+        "PNETCDF_FILE_F_META_TIME",
+        None,
+    ),
+    "PNETCDF_VAR": _layout(
+        "PNETCDF_VAR",
+        ("INDEP_READS", "COLL_READS", "NB_READS"),
+        ("INDEP_WRITES", "COLL_WRITES", "NB_WRITES"),
+    ),
+    "DFS": _layout("DFS", ("READS", "READXS"), ("WRITES", "WRITEXS")),
+    "DAOS": _layout(
+        "DAOS",
+        ("OBJ_FETCHES", "ARRAY_READS", "KV_GETS"),
+        ("OBJ_UPDATES", "ARRAY_WRITES", "KV_PUTS"),
+    ),
+}
+
+# A module's bytes count toward the job totals only when none of the modules it is built on
+# is in the log, so MPI-IO (over POSIX), HDF5/PnetCDF (over MPI-IO/POSIX) and DFS (over
+# DAOS) are not counted twice.
+LOWER_LAYERS: dict[str, tuple[str, ...]] = {
+    "MPI-IO": ("POSIX",),
+    "H5F": ("MPI-IO", "POSIX"),
+    "H5D": ("MPI-IO", "POSIX"),
+    "PNETCDF_VAR": ("MPI-IO", "POSIX"),
+    "PNETCDF_FILE": ("PNETCDF_VAR", "MPI-IO", "POSIX"),
+    "DFS": ("DAOS",),
+}
+
+RECORD_SIGNALS = (
+    "read_bw",
+    "write_bw",
+    "read_iops",
+    "write_iops",
+    "avg_read_size",
+    "avg_write_size",
+)
+POSIX_SIGNALS = (
+    "seq_read_ratio",
+    "seq_write_ratio",
+    "consec_read_ratio",
+    "consec_write_ratio",
+    "seq_ratio",
+    "consec_ratio",
+    "meta_ops",
+    "meta_intensity",
+    "meta_fraction",
+    "unaligned_read_ratio",
+    "unaligned_write_ratio",
+    "small_read_ratio",
+    "small_write_ratio",
+    "reuse_proxy",
+    "rank_imbalance_ratio",
+    "bw_variance_proxy",
+    "is_shared",
+)
+MODULE_SIGNALS = RECORD_SIGNALS
+JOB_SIGNALS = ("total_bytes_read", "total_bytes_written", "total_reads", "total_writes")
+HEATMAP_SIGNALS = (
+    "total_read_events",
+    "total_write_events",
+    "active_bins",
+    "active_time",
+    "activity_span",
+    "peak_activity_bin",
+    "peak_activity_value",
+    "read_activity_entropy_norm",
+    "write_activity_entropy_norm",
+    "top1_share",
+)
+# Requests smaller than 1 MiB are "small" (Drishti's threshold): the size-histogram bins below.
+_SMALL_BINS = ("0_100", "100_1K", "1K_10K", "10K_100K", "100K_1M")
+
+
+@dataclass
+class SignalColumn:
+    """One signal for every record of a module: values, and an NA reason code per row."""
+
+    values: np.ndarray  # float64 or int64
+    codes: np.ndarray  # uint8; 0 = value present, else 1 + index into NA_REASONS
+
+    def get(self, row: int) -> Value:
+        code = int(self.codes[row])
+        if code:
+            return NA(NA_REASONS[code - 1])
+        value = self.values[row]
+        return int(value) if self.values.dtype.kind == "i" else float(value)
+
+
+@dataclass
+class RecordSignals:
+    """Record-level signals of one module, rows in canonical (rank, record_id) order."""
+
+    module: str
+    record_ids: np.ndarray
+    ranks: np.ndarray
+    columns: dict[str, SignalColumn]
+    bytes_read: np.ndarray  # for ranking records (top-K) and for points
+    bytes_written: np.ndarray
+    io_time: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.record_ids)
+
+    def row(self, index: int) -> dict[str, Value]:
+        return {name: column.get(index) for name, column in self.columns.items()}
+
+
+@dataclass
+class ModuleSignals:
+    module: str
+    records: int
+    partial: bool
+    values: dict[str, Value]
+
+
+@dataclass
+class HeatmapSignals:
+    """HEATMAP signals of one submodule, for one rank or for the job (rank -1, bins summed)."""
+
+    submodule: str
+    rank: int
+    record_id: int
+    bin_width: float
+    read_bins: np.ndarray
+    write_bins: np.ndarray
+    values: dict[str, Value]
+
+
+@dataclass
+class HeatmapRankSignals:
+    """Per-rank HEATMAP signals of one submodule and bin layout, one row per rank."""
+
+    submodule: str
+    records: list[HeatmapRecord]
+    bin_width: float
+    columns: dict[str, SignalColumn]
+
+    def rows(self) -> list[HeatmapSignals]:
+        return [
+            HeatmapSignals(
+                self.submodule,
+                record.rank,
+                record.record_id,
+                self.bin_width,
+                record.read_bins,
+                record.write_bins,
+                {name: column.get(i) for name, column in self.columns.items()},
+            )
+            for i, record in enumerate(self.records)
+        ]
+
+
+@dataclass
+class LogSignals:
+    job: dict[str, Value]
+    counted_modules: tuple[str, ...]
+    modules: list[ModuleSignals] = field(default_factory=list)
+    records: list[RecordSignals] = field(default_factory=list)
+    heatmap_groups: list[HeatmapRankSignals] = field(default_factory=list)  # per rank
+    heatmap_totals: list[HeatmapSignals] = field(default_factory=list)  # per job
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def heatmaps(self) -> list[HeatmapSignals]:
+        """Per-rank HEATMAP signals, sorted by (submodule, rank)."""
+        rows = [row for group in self.heatmap_groups for row in group.rows()]
+        return sorted(rows, key=lambda h: (h.submodule, h.rank))
+
+
+def compute_signals(log: DarshanLog) -> LogSignals:
+    """All signal levels of one log."""
+    tables = {name: _canonical(log.modules[name]) for name in LAYOUTS if name in log.modules}
+    present = {name for name, table in tables.items() if len(table)}
+    counted = tuple(
+        name
+        for name in tables
+        if name in present and not any(low in present for low in LOWER_LAYERS.get(name, ()))
+    )
+    result = LogSignals(job={}, counted_modules=counted)
+    totals = dict.fromkeys(JOB_SIGNALS, 0)
+    for name, table in tables.items():
+        layout = LAYOUTS[name]
+        module_values, sums = _module_signals(table, layout)
+        result.modules.append(ModuleSignals(name, len(table), table.partial, module_values))
+        result.records.append(_record_signals(table, layout))
+        if name in counted:
+            for key in JOB_SIGNALS:
+                totals[key] += sums[key]
+    result.job = dict(totals)
+    result.heatmap_groups, result.heatmap_totals = _heatmap_signals(log, result.problems)
+    return result
+
+
+def _canonical(table: ModuleTable) -> ModuleTable:
+    """Rows sorted by (rank, record_id), so sums do not depend on the reader's record order."""
+    order = np.lexsort((table.record_ids, table.ranks))
+    return ModuleTable(
+        module=table.module,
+        record_ids=table.record_ids[order],
+        ranks=table.ranks[order],
+        counters={k: v[order] for k, v in table.counters.items()},
+        fcounters={k: v[order] for k, v in table.fcounters.items()},
+        partial=table.partial,
+    )
+
+
+# ---------------------------------------------------------------- column helpers
+
+
+class _Input:
+    """A (possibly summed) counter column and where it was not monitored (-1)."""
+
+    def __init__(self, values: np.ndarray, unmonitored: np.ndarray) -> None:
+        self.values = values
+        self.unmonitored = unmonitored
+
+
+def _get(table: ModuleTable, names: tuple[str, ...] | str | None) -> _Input | None:
+    """Sum of the named counters per row; None if any is missing from this log."""
+    if names is None or names == ():
+        return None
+    if isinstance(names, str):
+        names = (names,)
+    columns = [table.column(name) for name in names]
+    if any(column is None for column in columns):
+        return None
+    unmonitored = np.zeros(len(table), dtype=bool)
+    total = np.zeros(len(table), dtype=columns[0].dtype)
+    for column in columns:
+        unmonitored |= column == -1
+        total = total + column
+    return _Input(total, unmonitored)
+
+
+def _not_available(rows: int, integer: bool = False) -> SignalColumn:
+    dtype = np.int64 if integer else np.float64
+    codes = np.full(rows, _CODE["not_available"], np.uint8)
+    return SignalColumn(np.zeros(rows, dtype=dtype), codes)
+
+
+def _ratio(
+    numerator: _Input | None,
+    denominator: _Input | None,
+    zero_reason: str,
+    scale: float = 1.0,
+    rows: int = 0,
+) -> SignalColumn:
+    """numerator * scale / denominator with NA(not_available|not_monitored|zero_reason)."""
+    if numerator is None or denominator is None:
+        return _not_available(rows)
+    num = numerator.values.astype(np.float64) * scale
+    den = denominator.values.astype(np.float64)
+    positive = den > 0
+    values = np.divide(num, den, out=np.zeros_like(num), where=positive)
+    codes = np.where(positive, 0, _CODE[zero_reason]).astype(np.uint8)
+    codes[numerator.unmonitored | denominator.unmonitored] = _CODE["not_monitored"]
+    return SignalColumn(values, codes)
+
+
+def _plus(*inputs: _Input | None) -> _Input | None:
+    if any(item is None for item in inputs):
+        return None
+    return _Input(
+        sum(item.values for item in inputs),  # type: ignore[union-attr]
+        np.logical_or.reduce([item.unmonitored for item in inputs]),  # type: ignore[union-attr]
+    )
+
+
+# ---------------------------------------------------------------- record level
+
+
+def _record_signals(table: ModuleTable, layout: Layout) -> RecordSignals:
+    rows = len(table)
+    reads, writes = _get(table, layout.reads), _get(table, layout.writes)
+    bytes_read, bytes_written = _get(table, layout.bytes_read), _get(table, layout.bytes_written)
+    read_time, write_time = _get(table, layout.read_time), _get(table, layout.write_time)
+    columns = {
+        "read_bw": _ratio(bytes_read, read_time, "no_read_time", 1 / MIB, rows),
+        "write_bw": _ratio(bytes_written, write_time, "no_write_time", 1 / MIB, rows),
+        "read_iops": _ratio(reads, read_time, "no_read_time", rows=rows),
+        "write_iops": _ratio(writes, write_time, "no_write_time", rows=rows),
+        "avg_read_size": _ratio(bytes_read, reads, "no_reads", rows=rows),
+        "avg_write_size": _ratio(bytes_written, writes, "no_writes", rows=rows),
+    }
+    if table.module == "POSIX":
+        columns.update(_posix_signals(table))
+    zeros = np.zeros(rows)
+    io_time = sum(
+        (np.clip(item.values, 0, None) if item is not None else zeros)
+        for item in (read_time, write_time, _get(table, layout.meta_time))
+    )
+    return RecordSignals(
+        module=table.module,
+        record_ids=table.record_ids,
+        ranks=table.ranks,
+        columns=columns,
+        bytes_read=np.clip(bytes_read.values, 0, None) if bytes_read else np.zeros(rows, np.int64),
+        bytes_written=(
+            np.clip(bytes_written.values, 0, None) if bytes_written else np.zeros(rows, np.int64)
+        ),
+        io_time=np.asarray(io_time, dtype=np.float64),
+    )
+
+
+def _posix_signals(table: ModuleTable) -> dict[str, SignalColumn]:
+    rows = len(table)
+
+    def get(*names: str) -> _Input | None:
+        return _get(table, tuple(f"POSIX_{name}" for name in names))
+
+    reads, writes = get("READS"), get("WRITES")
+    io_ops = _plus(reads, writes)
+    seq_reads, seq_writes = get("SEQ_READS"), get("SEQ_WRITES")
+    consec_reads, consec_writes = get("CONSEC_READS"), get("CONSEC_WRITES")
+    meta_ops = get("OPENS", "STATS", "SEEKS", "FSYNCS", "FDSYNCS")
+    total_time = get("F_READ_TIME", "F_WRITE_TIME", "F_META_TIME")
+    not_aligned = get("FILE_NOT_ALIGNED")
+    bytes_read, bytes_written = get("BYTES_READ"), get("BYTES_WRITTEN")
+    out = {
+        "seq_read_ratio": _ratio(seq_reads, reads, "no_reads", rows=rows),
+        "seq_write_ratio": _ratio(seq_writes, writes, "no_writes", rows=rows),
+        "consec_read_ratio": _ratio(consec_reads, reads, "no_reads", rows=rows),
+        "consec_write_ratio": _ratio(consec_writes, writes, "no_writes", rows=rows),
+        "seq_ratio": _ratio(_plus(seq_reads, seq_writes), io_ops, "no_io", rows=rows),
+        "consec_ratio": _ratio(_plus(consec_reads, consec_writes), io_ops, "no_io", rows=rows),
+    }
+    if meta_ops is None:
+        out["meta_ops"] = _not_available(rows, integer=True)
+    else:
+        codes = np.where(meta_ops.unmonitored, _CODE["not_monitored"], 0).astype(np.uint8)
+        out["meta_ops"] = SignalColumn(meta_ops.values.astype(np.int64), codes)
+    out["meta_intensity"] = _ratio(meta_ops, io_ops, "no_io", rows=rows)
+    out["meta_fraction"] = _ratio(get("F_META_TIME"), total_time, "no_time", rows=rows)
+    out["unaligned_read_ratio"] = _ratio(not_aligned, reads, "no_reads", rows=rows)
+    out["unaligned_write_ratio"] = _ratio(not_aligned, writes, "no_writes", rows=rows)
+    small_reads = get(*(f"SIZE_READ_{size}" for size in _SMALL_BINS))
+    small_writes = get(*(f"SIZE_WRITE_{size}" for size in _SMALL_BINS))
+    out["small_read_ratio"] = _ratio(small_reads, reads, "no_reads", rows=rows)
+    out["small_write_ratio"] = _ratio(small_writes, writes, "no_writes", rows=rows)
+    out["reuse_proxy"] = _reuse_proxy(table, bytes_read, bytes_written, rows)
+    shared = table.ranks == -1
+    moved = _plus(bytes_read, bytes_written)
+    out["rank_imbalance_ratio"] = _shared_only(
+        _ratio(get("SLOWEST_RANK_BYTES"), get("FASTEST_RANK_BYTES"), "no_fastest_bytes", rows=rows),
+        shared,
+        moved,
+    )
+    variance = get("F_VARIANCE_RANK_BYTES")
+    variance_column = (
+        _not_available(rows)
+        if variance is None
+        else SignalColumn(
+            variance.values.astype(np.float64),
+            np.where(variance.unmonitored, _CODE["not_monitored"], 0).astype(np.uint8),
+        )
+    )
+    out["bw_variance_proxy"] = _shared_only(variance_column, shared, moved)
+    out["is_shared"] = SignalColumn(shared.astype(np.int64), np.zeros(rows, np.uint8))
+    return out
+
+
+def _reuse_proxy(table: ModuleTable, bytes_read, bytes_written, rows: int) -> SignalColumn:
+    """bytes_read / (max byte offset + 1): how often the file's extent was read over."""
+    max_read, max_written = (
+        table.column("POSIX_MAX_BYTE_READ"),
+        table.column("POSIX_MAX_BYTE_WRITTEN"),
+    )
+    if bytes_read is None or bytes_written is None or max_read is None or max_written is None:
+        return _not_available(rows)
+    size = np.maximum(max_read, max_written).astype(np.float64) + 1
+    moved = bytes_read.values + bytes_written.values
+    known = (size > 0) & (moved > 0)
+    values = np.divide(bytes_read.values.astype(np.float64), size, out=np.zeros(rows), where=known)
+    codes = np.where(known, 0, _CODE["no_file_size"]).astype(np.uint8)
+    unmonitored = bytes_read.unmonitored | bytes_written.unmonitored
+    unmonitored |= (max_read == -1) & (max_written == -1)
+    codes[unmonitored] = _CODE["not_monitored"]
+    return SignalColumn(values, codes)
+
+
+def _shared_only(column: SignalColumn, shared: np.ndarray, moved: _Input | None) -> SignalColumn:
+    """Spec: only for rank -1 records that moved bytes; NA(not_shared_file) / NA(no_bytes)."""
+    codes = column.codes.copy()
+    if moved is not None:
+        no_bytes = (moved.values <= 0) & ~moved.unmonitored
+        codes[no_bytes & (codes == 0)] = _CODE["no_bytes"]
+        codes[no_bytes & (codes == _CODE["no_fastest_bytes"])] = _CODE["no_bytes"]
+    codes[~shared] = _CODE["not_shared_file"]
+    return SignalColumn(column.values, codes)
+
+
+# ---------------------------------------------------------------- module level
+
+
+def _module_signals(table: ModuleTable, layout: Layout) -> tuple[dict[str, Value], dict]:
+    """The spec's module signals; time = Darshan's agg_time_by_slowest (see README)."""
+
+    def total(names) -> int | None:
+        found = _get(table, names)
+        if found is None:
+            return None
+        return int(np.clip(found.values, 0, None).sum())
+
+    reads, writes = total(layout.reads), total(layout.writes)
+    bytes_read, bytes_written = total(layout.bytes_read), total(layout.bytes_written)
+    agg_time = _agg_time_by_slowest(table, layout)
+    values: dict[str, Value] = {}
+    values["read_bw"] = _scalar_ratio(bytes_read, agg_time, "no_time", 1 / MIB)
+    values["write_bw"] = _scalar_ratio(bytes_written, agg_time, "no_time", 1 / MIB)
+    values["read_iops"] = _scalar_ratio(reads, agg_time, "no_time")
+    values["write_iops"] = _scalar_ratio(writes, agg_time, "no_time")
+    values["avg_read_size"] = _scalar_ratio(bytes_read, reads, "no_reads")
+    values["avg_write_size"] = _scalar_ratio(bytes_written, writes, "no_writes")
+    moved = None if bytes_read is None or bytes_written is None else bytes_read + bytes_written
+    values["agg_time_by_slowest"] = NA("not_available") if agg_time is None else agg_time
+    values["agg_perf_by_slowest"] = _scalar_ratio(moved, agg_time, "no_time", 1 / MIB)
+    for key, found in (
+        ("total_bytes_read", bytes_read),
+        ("total_bytes_written", bytes_written),
+        ("total_reads", reads),
+        ("total_writes", writes),
+    ):
+        values[key] = NA("not_available") if found is None else found
+    sums = {
+        "total_bytes_read": bytes_read or 0,
+        "total_bytes_written": bytes_written or 0,
+        "total_reads": reads or 0,
+        "total_writes": writes or 0,
+    }
+    return values, sums
+
+
+def _agg_time_by_slowest(table: ModuleTable, layout: Layout) -> float | None:
+    """darshan-util's accumulator: slowest rank's time on its own files + for each shared file
+    its slowest rank's time. None when the module has no read/write timers."""
+    if layout.read_time is None and layout.write_time is None:
+        return None
+    timers = [
+        table.column(name)
+        for name in (layout.read_time, layout.write_time, layout.meta_time)
+        if name is not None
+    ]
+    if any(timer is None for timer in timers):
+        return None
+    shared = table.ranks < 0
+    slowest = table.column(layout.slowest_rank_time) if layout.slowest_rank_time else None
+    per_record = np.zeros(len(table))
+    for timer in timers:
+        per_record = per_record + timer
+    if slowest is not None:
+        shared_time = float(slowest[shared].sum())
+    else:
+        shared_time = float(per_record[shared].sum())
+    unique_ranks = table.ranks[~shared]
+    if len(unique_ranks):
+        _, rank_index = np.unique(unique_ranks, return_inverse=True)
+        per_rank = np.bincount(rank_index, weights=per_record[~shared])
+        slowest_rank_time = max(0.0, float(per_rank.max()))
+    else:
+        slowest_rank_time = 0.0
+    return slowest_rank_time + shared_time
+
+
+def _scalar_ratio(numerator, denominator, zero_reason: str, scale: float = 1.0) -> Value:
+    if numerator is None or denominator is None:
+        return NA("not_available")
+    if denominator <= 0:
+        return NA(zero_reason)
+    return float(numerator) * scale / float(denominator)
+
+
+# ---------------------------------------------------------------- HEATMAP
+
+
+def heatmap_values(read_bins: np.ndarray, write_bins: np.ndarray, width: float) -> dict[str, Value]:
+    """The spec's 10 HEATMAP signals for one series of bins (bins hold bytes)."""
+    columns = heatmap_columns(np.atleast_2d(read_bins), np.atleast_2d(write_bins), width)
+    return {name: column.get(0) for name, column in columns.items()}
+
+
+def heatmap_columns(reads: np.ndarray, writes: np.ndarray, width: float) -> dict[str, SignalColumn]:
+    """The 10 HEATMAP signals for many series at once: one row per rank, one column per bin."""
+    reads = np.clip(reads.astype(np.int64), 0, None)
+    writes = np.clip(writes.astype(np.int64), 0, None)
+    activity = reads + writes
+    rows, nbins = activity.shape
+    active = activity > 0
+    active_bins = active.sum(axis=1)
+    total_read, total_write = reads.sum(axis=1), writes.sum(axis=1)
+    total = activity.sum(axis=1)
+    if nbins:
+        first = np.argmax(active, axis=1)
+        last = nbins - 1 - np.argmax(active[:, ::-1], axis=1)
+        peak_bin, peak_value = np.argmax(activity, axis=1), activity.max(axis=1)
+    else:
+        first = last = peak_bin = peak_value = np.zeros(rows, dtype=np.int64)
+    has_width = width > 0 and math.isfinite(width)
+    idle = active_bins == 0
+    no_io = np.where(idle, _CODE["no_io"], 0).astype(np.uint8)
+    no_width = np.full(rows, 0 if has_width else _CODE["no_bin_width"], np.uint8)
+    valid = np.zeros(rows, np.uint8)
+    span = (last - first + 1) * width
+    top1 = np.divide(peak_value, total, out=np.zeros(rows), where=total > 0)
+    return {
+        "total_read_events": SignalColumn(total_read, valid),
+        "total_write_events": SignalColumn(total_write, valid),
+        "active_bins": SignalColumn(active_bins.astype(np.int64), valid),
+        "active_time": SignalColumn(active_bins * float(width), no_width),
+        "activity_span": SignalColumn(
+            span.astype(np.float64), np.where(no_width > 0, no_width, no_io)
+        ),
+        "peak_activity_bin": SignalColumn(peak_bin.astype(np.int64), no_io),
+        "peak_activity_value": SignalColumn(peak_value.astype(np.int64), valid),
+        "read_activity_entropy_norm": SignalColumn(_entropy_norm(reads, total_read, nbins), valid),
+        "write_activity_entropy_norm": SignalColumn(
+            _entropy_norm(writes, total_write, nbins), valid
+        ),
+        "top1_share": SignalColumn(top1, valid),
+    }
+
+
+def _entropy_norm(bins: np.ndarray, totals: np.ndarray, nbins: int) -> np.ndarray:
+    """Normalised Shannon entropy per row; 0 for rows with no bytes, and for a single bin."""
+    if nbins <= 1:
+        return np.zeros(len(bins))
+    safe_totals = np.where(totals > 0, totals, 1).astype(np.float64)
+    shares = bins / safe_totals[:, None]
+    logs = np.log(np.where(shares > 0, shares, 1.0))
+    entropy = -(shares * logs).sum(axis=1) / math.log(nbins)
+    return np.where(totals > 0, entropy, 0.0)
+
+
+def _heatmap_signals(log: DarshanLog, problems: list[str]):
+    """Per-rank signals, and job signals on each submodule's bins summed over ranks."""
+    groups_out: list[HeatmapRankSignals] = []
+    totals: list[HeatmapSignals] = []
+    by_submodule: dict[str, list[HeatmapRecord]] = {}
+    for record in sorted(log.heatmaps, key=lambda r: (r.submodule, r.rank)):
+        by_submodule.setdefault(record.submodule, []).append(record)
+    for submodule, records in by_submodule.items():
+        # ranks of one submodule share the bin layout: compute each layout as one matrix
+        groups: dict[tuple[int, float], list[HeatmapRecord]] = {}
+        for record in records:
+            groups.setdefault((len(record.read_bins), record.bin_width), []).append(record)
+        nbins = max(length for length, _ in groups)
+        read_sum = np.zeros(nbins, dtype=np.int64)
+        write_sum = np.zeros(nbins, dtype=np.int64)
+        for (length, width), group in groups.items():
+            reads = np.array([r.read_bins for r in group], dtype=np.int64).reshape(len(group), -1)
+            writes = np.array([r.write_bins for r in group], dtype=np.int64).reshape(len(group), -1)
+            read_sum[:length] += reads.sum(axis=0)
+            write_sum[:length] += writes.sum(axis=0)
+            columns = heatmap_columns(reads, writes, width)
+            groups_out.append(HeatmapRankSignals(submodule, group, width, columns))
+        widths = sorted({width for _, width in groups})
+        width = widths[-1]
+        if len(widths) > 1:
+            problems.append(
+                f"{log.source}: HEATMAP {submodule} ranks disagree on the bin width "
+                f"{widths}; the job series uses {width}"
+            )
+        totals.append(
+            HeatmapSignals(
+                submodule,
+                -1,
+                records[0].record_id,
+                width,
+                read_sum,
+                write_sum,
+                heatmap_values(read_sum, write_sum, width),
+            )
+        )
+    return groups_out, totals
