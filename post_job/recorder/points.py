@@ -1,0 +1,150 @@
+"""RecorderDataFrame -> InfluxDB points (knows nothing of the binary format).
+
+Every point is stamped with the trace's own start time (``recorder.mt`` start_ts, the start
+of rank 0's logger), so re-ingesting a job writes identical points. The ``trace`` tag (trace
+directory name) keeps two traces of one job (e.g. two job steps) apart.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hpcmon.points import Point
+from hpcmon.timeutil import seconds_to_ns
+from post_job.recorder.dataframe import RecorderDataFrame
+from post_job.recorder.reader import function_type
+
+
+def trace_points(
+    frame: RecorderDataFrame,
+    base_tags: dict[str, str],
+    trace: str,
+    *,
+    top_files: int = 50,
+    per_rank_functions: bool = False,
+) -> list[Point]:
+    time_ns = seconds_to_ns(frame.start_ts)
+    tags = {**base_tags, "trace": trace}
+    points = [_summary_point(frame, tags, time_ns)]
+    points += _function_points(frame, tags, time_ns)
+    points += _rank_points(frame, tags, time_ns)
+    points += _file_points(frame, tags, time_ns, top_files)
+    if per_rank_functions:
+        points += _rank_function_points(frame, tags, time_ns)
+    return points
+
+
+def _summary_point(frame: RecorderDataFrame, tags: dict[str, str], time_ns: int) -> Point:
+    fields: dict[str, float | int | str] = {
+        "ranks": frame.total_ranks,
+        "records": frame.get_record_count(),
+        "files": frame.get_total_file_count(),
+        "file_accesses": frame.get_total_file_access_count(),
+        "function_time_seconds": frame.get_total_function_time(),
+        "problems": len(frame.errors),
+    }
+    if len(frame.df):
+        fields["duration_seconds"] = float(frame.df["tend"].max())
+    return Point("recorder_trace", dict(tags), fields, time_ns)
+
+
+def _by_name(values: dict[int, float], names: tuple[str, ...]) -> dict[str, float]:
+    """Function id -> value becomes name -> value (a name may occur under two ids)."""
+    out: dict[str, float] = {}
+    for func_id, value in values.items():
+        out[names[func_id]] = out.get(names[func_id], 0) + value
+    return out
+
+
+def _function_points(frame: RecorderDataFrame, tags: dict[str, str], time_ns: int) -> list[Point]:
+    names = frame.function_names
+    counts = _by_name(frame.get_nonzero_function_count(), names)
+    times = _by_name(frame.get_nonzero_function_time(), names)
+    ranks_calling: Counter[str] = Counter()
+    for per_rank in frame.get_nonzero_function_count_each_rank():
+        ranks_calling.update({names[func_id] for func_id in per_rank})
+    return [
+        Point(
+            "recorder_function",
+            {**tags, "function": name},
+            {
+                "count": int(count),
+                "total_time_seconds": float(times.get(name, 0.0)),
+                "ranks": ranks_calling[name],
+                "layer": function_type(name),
+            },
+            time_ns,
+        )
+        for name, count in sorted(counts.items())
+    ]
+
+
+def _rank_points(frame: RecorderDataFrame, tags: dict[str, str], time_ns: int) -> list[Point]:
+    records = frame.get_record_count_each_rank()
+    files = frame.get_total_file_count_each_rank()
+    accesses = frame.get_total_file_access_count_each_rank()
+    times = frame.get_total_function_time_each_rank()
+    return [
+        Point(
+            "recorder_rank",
+            {**tags, "rank": str(rank)},
+            {
+                "records": records[rank],
+                "files": files[rank],
+                "file_accesses": accesses[rank],
+                "function_time_seconds": times[rank],
+            },
+            time_ns,
+        )
+        for rank in range(frame.total_ranks)
+    ]
+
+
+def _file_points(
+    frame: RecorderDataFrame, tags: dict[str, str], time_ns: int, top_files: int
+) -> list[Point]:
+    """The ``top_files`` files with most POSIX calls (ties by name, for stable output)."""
+    accesses = frame.file_accesses()
+    if accesses.empty or top_files <= 0:
+        return []
+    per_file = accesses.groupby("file_name").agg(
+        accesses=("rank", "size"), ranks=("rank", "nunique"), time=("time", "sum")
+    )
+    per_file = per_file.reset_index().sort_values(
+        ["accesses", "file_name"], ascending=[False, True]
+    )
+    return [
+        Point(
+            "recorder_file",
+            {**tags, "file": str(row.file_name)},
+            {
+                "accesses": int(row.accesses),
+                "ranks": int(row.ranks),
+                "time_seconds": float(row.time),
+            },
+            time_ns,
+        )
+        for row in per_file.head(top_files).itertuples(index=False)
+    ]
+
+
+def _rank_function_points(
+    frame: RecorderDataFrame, tags: dict[str, str], time_ns: int
+) -> list[Point]:
+    names = frame.function_names
+    counts = frame.get_nonzero_function_count_each_rank()
+    times = frame.get_nonzero_function_time_each_rank()
+    points = []
+    for rank in range(frame.total_ranks):
+        rank_counts = _by_name(counts[rank], names)
+        rank_times = _by_name(times[rank], names)
+        for name, count in sorted(rank_counts.items()):
+            points.append(
+                Point(
+                    "recorder_rank_function",
+                    {**tags, "rank": str(rank), "function": name},
+                    {"count": int(count), "total_time_seconds": float(rank_times.get(name, 0.0))},
+                    time_ns,
+                )
+            )
+    return points
