@@ -90,9 +90,12 @@ def test_aggregation_merges_the_tiny_loop_into_one_call() -> None:
     assert merged[0].duration == pytest.approx(sum(e["dur"] for e in tiny), abs=1e-6)
     assert merged[0].start_time == min(e["ts"] for e in tiny)
     assert merged[0].end_time == pytest.approx(max(e["ts"] + e["dur"] for e in tiny))
-    # the five 2 ms sleeps of slow() are one run too
+    # the five 2 ms calls of slow() are each longer than the 500 us threshold: kept one by one
+    raw_slow = sorted(e["ts"] for e in events if e["name"].startswith("slow ("))
+    assert len(raw_slow) == 5
+    assert all(e["dur"] > 500 for e in events if e["name"].startswith("slow ("))
     slow = [call for call in data.function_calls if call.name.startswith("slow (")]
-    assert [call.call_count for call in slow] == [5]
+    assert [(call.start_time, call.call_count) for call in slow] == [(ts, 1) for ts in raw_slow]
 
 
 def test_filter_first_loses_the_tiny_loop_that_aggregate_first_keeps() -> None:
@@ -164,19 +167,37 @@ def test_json_output_has_the_spec_fields() -> None:
     events = complete_events("threaded.json")
     assert document["startTime"] == pytest.approx(min(e["ts"] for e in events), abs=1e-3)
     assert document["endTime"] == pytest.approx(max(e["ts"] + e["dur"] for e in events), abs=1e-3)
+    assert document["totalDuration"] == pytest.approx(
+        document["endTime"] - document["startTime"], abs=2e-3
+    )
+    assert sorted(document["threads"]) == sorted({e["tid"] for e in events})
+    # the spec's FunctionCall interface: name -> JSON type; "?" marks the optional ones
+    interface = {
+        "id": str,
+        "name": str,
+        "startTime": (int, float),
+        "endTime": (int, float),
+        "duration": (int, float),
+        "depth": int,
+        "threadId": int,
+        "processId": int,
+        "parentId?": str,
+        "childrenIds": list,
+        "isActive": bool,
+        "lineNumber?": int,
+    }
+    required = {key for key in interface if not key.endswith("?")}
+    known = {key.rstrip("?") for key in interface} | {"callCount"}  # callCount: our addition
+    ids = {call["id"] for call in document["functionCalls"]}
     for call in document["functionCalls"]:
-        assert {
-            "id",
-            "name",
-            "startTime",
-            "endTime",
-            "duration",
-            "depth",
-            "threadId",
-            "processId",
-            "childrenIds",
-            "isActive",
-        } <= set(call)
+        assert required <= set(call) <= known, set(call) ^ known
+        for key, kind in interface.items():
+            if key.rstrip("?") in call:
+                assert isinstance(call[key.rstrip("?")], kind), (key, call)
+        assert set(call["childrenIds"]) <= ids and call.get("parentId", call["id"]) in ids
+        assert call["endTime"] >= call["startTime"] and call["isActive"] is False
+        if call["name"].endswith(")"):  # "func (/path/file.py:LINE)"
+            assert call["lineNumber"] == int(call["name"].rsplit(":", 1)[1][:-1])
     names = {info["threadName"] for info in document["threadInfo"]}
     assert names == {"MainThread", "worker-0", "worker-1"}
 
@@ -241,12 +262,25 @@ def test_generated_nesting_and_aggregation_conserve_time(tmp_path_factory, event
     for key, total in raw_sums.items():
         assert math.isclose(merged_sums[key], total, abs_tol=1e-6)
     assert sum(call.call_count for call in merged.function_calls) == len(events)
-    # merged siblings never leave two adjacent same-name calls within the threshold
+    # merged runs are made of short calls, and no two adjacent short same-name calls are left
     by_id = {call.id: call for call in merged.function_calls}
+    roots: dict[tuple, list] = defaultdict(list)  # siblings at the top: one list per thread
     for call in merged.function_calls:
-        children = [by_id[c] for c in call.children_ids]
-        for left, right in zip(children, children[1:], strict=False):
-            assert not (left.name == right.name and right.start_time - left.end_time <= 500)
+        if call.parent_id is None:
+            roots[call.process_id, call.thread_id].append(call)
+    for siblings in [*roots.values()] + [
+        [by_id[c] for c in call.children_ids] for call in merged.function_calls
+    ]:
+        for call in siblings:
+            if call.call_count > 1:
+                assert call.duration <= 500 * call.call_count
+        for left, right in zip(siblings, siblings[1:], strict=False):
+            assert not (
+                left.name == right.name
+                and right.start_time - left.end_time <= 500
+                and (left.call_count > 1 or left.duration <= 500)
+                and (right.call_count > 1 or right.duration <= 500)
+            )
 
 
 def test_begin_end_pairs_nest_with_complete_events(tmp_path) -> None:
@@ -263,6 +297,70 @@ def test_begin_end_pairs_nest_with_complete_events(tmp_path) -> None:
         ("outer", 0, 0.0, 10.0, False),
         ("inner", 1, 1.0, 2.0, False),
         ("second", 1, 4.0, 5.0, False),
+    ]
+
+
+def _x(name: str, ts: float, dur: float) -> dict:
+    return {"ph": "X", "pid": 1, "tid": 1, "ts": ts, "dur": dur, "name": name}
+
+
+def test_aggregation_rule_by_hand(tmp_path) -> None:
+    """Which repeated calls merge (times in us; threshold 500, no filter, no depth limit)."""
+    events = [
+        _x("main", 0.0, 100_000.0),
+        # three short f calls, 10 us apart, each with a child g: one f run, one g run
+        _x("f", 10.0, 40.0),
+        _x("g", 20.0, 5.0),
+        _x("f", 60.0, 40.0),
+        _x("g", 70.0, 5.0),
+        _x("f", 110.0, 40.0),
+        _x("g", 120.0, 5.0),
+        # a pause longer than the threshold starts a new run
+        _x("f", 700.0, 40.0),
+        # something else in between: no merging across it
+        _x("h", 750.0, 1.0),
+        _x("f", 760.0, 40.0),
+        # two long calls (over the threshold) back to back stay two calls
+        _x("slow", 1_000.0, 2_000.0),
+        _x("slow", 3_001.0, 2_000.0),
+        # a short call right after a long one of the same function is not merged into it
+        _x("slow", 5_002.0, 10.0),
+        _x("slow", 5_013.0, 10.0),
+    ]
+    path = tmp_path / "hand.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    options = CleaningOptions(min_duration_us=0, max_depth=0)
+    data = clean_trace(read_trace(path), options).data
+    by_id = {call.id: call for call in data.function_calls}
+    (main,) = [call for call in data.function_calls if call.parent_id is None]
+    got = [
+        (c.name, c.call_count, c.start_time, c.end_time, c.duration)
+        for c in (by_id[i] for i in main.children_ids)
+    ]
+    assert got == [
+        ("f", 3, 10.0, 150.0, 120.0),  # duration = 3 x 40, not the 140 us span
+        ("f", 1, 700.0, 740.0, 40.0),
+        ("h", 1, 750.0, 751.0, 1.0),
+        ("f", 1, 760.0, 800.0, 40.0),
+        ("slow", 1, 1_000.0, 3_000.0, 2_000.0),
+        ("slow", 1, 3_001.0, 5_001.0, 2_000.0),
+        ("slow", 2, 5_002.0, 5_023.0, 20.0),
+    ]
+    first_f = by_id[main.children_ids[0]]
+    (g,) = [by_id[i] for i in first_f.children_ids]  # the children of the merged calls, merged
+    assert (g.name, g.call_count, g.duration, g.depth, g.parent_id) == ("g", 3, 15.0, 2, first_f.id)
+    # with aggregation off nothing is merged
+    unmerged = clean_trace(
+        read_trace(path), CleaningOptions(min_duration_us=0, max_depth=0, enable_aggregation=False)
+    ).data
+    assert len(unmerged.function_calls) == len(events)
+    # the filter then judges a merged run by its total: 3 x 40 us survives 100 us, 40 us does not
+    filtered = clean_trace(read_trace(path), CleaningOptions(max_depth=0)).data
+    assert [(c.name, c.call_count) for c in filtered.function_calls] == [
+        ("main", 1),
+        ("f", 3),
+        ("slow", 1),
+        ("slow", 1),
     ]
 
 

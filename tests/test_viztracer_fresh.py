@@ -109,15 +109,17 @@ def test_fresh_trace_is_cleaned_into_the_program_structure(fresh_trace) -> None:
         assert tiny.depth == 3
         assert ancestors(tiny, unfiltered_by_id) == ["main", "<module>", "builtins.exec"]
     assert sum(run.duration for run in by_name.get("tiny", [])) >= 100  # survives the filter
-    pauses = sorted(by_name["pause"], key=lambda c: c.call_count)
-    assert [p.call_count for p in pauses] == [3, 4]
-    worker_pause, main_pause = pauses
-    assert ancestors(main_pause, by_id)[0] == "main"
-    assert "worker" in ancestors(worker_pause, by_id)
-    assert worker_pause.thread_id != main_pause.thread_id
-    assert main_pause.duration >= 4 * 3000 and worker_pause.duration >= 3 * 3000
-    sleeps = [by_id[c] for c in main_pause.children_ids]
-    assert [(s.name, s.call_count) for s in sleeps] == [("time.sleep", 4)]
+    # the 3 ms pauses are longer than the 500 us threshold: each stays a call of its own
+    pauses = by_name["pause"]
+    assert [p.call_count for p in pauses] == [1] * 7
+    main_pauses = [p for p in pauses if ancestors(p, by_id)[0] == "main"]
+    worker_pauses = [p for p in pauses if ancestors(p, by_id)[0] == "worker"]
+    assert len(main_pauses) == 4 and len(worker_pauses) == 3
+    assert {p.thread_id for p in main_pauses}.isdisjoint(p.thread_id for p in worker_pauses)
+    assert all(p.duration >= 3000 for p in pauses)
+    for pause in pauses:
+        sleeps = [by_id[c] for c in pause.children_ids]
+        assert [(s.name, s.call_count) for s in sleeps] == [("time.sleep", 1)]
 
 
 def test_fresh_trace_filter_and_points(fresh_trace) -> None:

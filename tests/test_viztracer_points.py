@@ -107,6 +107,10 @@ def test_top_functions_match_brute_force_totals(tmp_path) -> None:
     output = collect_viztracer([path], JOB, top_functions=3)
     functions = [p for p in output.points if p.measurement == "viztracer_function"]
     expected = expected_function_totals("recursive.json")
+    events = complete_events("recursive.json")
+    deepest: dict[str, int] = defaultdict(int)
+    for event, (depth, _) in zip(events, brute_force_nesting(events), strict=True):
+        deepest[event["name"]] = max(deepest[event["name"]], depth)
     ranked = sorted(expected, key=lambda n: (-expected[n][1], n))[:3]
     assert [p.tags["function"] for p in functions] == ranked
     for rank, point in enumerate(functions, start=1):
@@ -116,6 +120,7 @@ def test_top_functions_match_brute_force_totals(tmp_path) -> None:
         assert point.fields["calls"] == calls
         assert point.fields["total_time_seconds"] == pytest.approx(total / 1e6)
         assert point.fields["self_time_seconds"] == pytest.approx(max(self_time, 0) / 1e6, abs=1e-9)
+        assert point.fields["max_depth"] == deepest[point.tags["function"]]
 
 
 def test_functions_add_up_over_several_traces(tmp_path) -> None:

@@ -7,10 +7,12 @@ the order of the rules are explained in README.md beside this file. In short:
 * depth is 0-based from the thread's outermost recorded frame (VizTracer's own ``builtins.exec``
   and ``<module>`` frames count), and pruning keeps depths ``0 .. max_depth - 1``, the same
   frames VizTracer's ``--max_stack_depth`` keeps;
-* two calls are consecutive when they are adjacent siblings (same parent, nothing between them
-  at that level) of the same function and the gap from one's end to the next's start is at most
-  ``aggregation_threshold_us``; a merged call keeps the first start and the last end, its
-  duration is the SUM of the calls' durations and ``callCount`` says how many were merged;
+* two calls are merged ("called repeatedly in a very short time") when they are adjacent
+  siblings (same parent, nothing between them at that level) of the same function, each lasts
+  at most ``aggregation_threshold_us`` and the gap from one's end to the next's start is at most
+  that too; longer calls stay separate (they are significant on their own). A merged call keeps
+  the first start and the last end, its duration is the SUM of the calls' durations and
+  ``callCount`` says how many were merged; the merged calls' children become its children;
 * default order: prune, aggregate, then filter (a loop of 20,000 sub-microsecond calls,
   1.3 ms in all, survives as one call instead of vanishing), which keeps per-function totals
   closest to the raw trace;
@@ -257,7 +259,9 @@ def _sorted_calls(thread: ThreadCalls, trace_end: float) -> tuple[list[Call], se
 def _build_tree(
     calls: list[Call], active: set[tuple], options: CleaningOptions, min_duration: float
 ) -> tuple[list[_Node], int]:
-    """Rebuild one thread's nesting with a stack, merging consecutive repeated calls.
+    """Rebuild one thread's nesting with a stack, merging runs of short repeated calls.
+
+    A node with ``count > 1`` was made of short calls only, so it may grow further.
 
     ``calls`` must be sorted. Calls shorter than ``min_duration`` are left out with their
     subtree (only for the filter-first order). Returns (roots, calls ending after their parent).
@@ -284,11 +288,12 @@ def _build_tree(
             siblings = roots
         node = None
         if siblings is not None and (-negative_duration >= min_duration or is_active):
-            if aggregate and siblings:
+            if aggregate and siblings and -negative_duration <= threshold and not is_active:
                 previous = siblings[-1]
                 if (
                     previous.name == name
                     and start - previous.end <= threshold
+                    and (previous.count > 1 or previous.duration <= threshold)
                     and not previous.active
                 ):
                     previous.count += 1
