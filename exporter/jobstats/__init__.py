@@ -1,0 +1,1 @@
+"""Lustre jobstats: sources -> parser -> rates -> exposition, run by ``JobstatsCollector``."""

@@ -1,0 +1,337 @@
+"""The ``jobstats`` collector: Lustre job_stats of the MDTs/OSTs on this server, per job.
+
+A background thread samples every ``--jobstats.interval`` seconds (read -> parse -> limits ->
+rates -> exposition) and keeps the latest exposition as bytes; every scrape returns those same
+bytes. With ``--jobstats.interval=0`` a scrape samples, and scrapes that arrive meanwhile share
+that sample. Nothing that goes wrong while sampling fails the scrape: it shows in the health
+metrics (``lustre_jobstats_*``) and in the log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import io
+import logging
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from exporter.collector import Collector, add_flag
+from exporter.exposition import render_families
+from exporter.jobstats.parser import BYTE_OPERATIONS, JobEntry, Target, parse_text
+from exporter.jobstats.rates import RateTracker
+from exporter.jobstats.render import LabelCache, TargetSeries, render_jobs
+from exporter.jobstats.sources import FileSource, LctlSource, ProcfsSource, RawText, Source
+from hpcmon.jobid import JobIdPattern
+
+log = logging.getLogger(__name__)
+
+TargetKey = tuple[str, str]  # (component, target)
+BIG_SNAPSHOT = 64 * 2**20
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 <= value < 1e6:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected seconds >= 0")
+    return value
+
+
+def _operations(text: str) -> frozenset[str] | None:
+    names = frozenset(part.strip() for part in text.split(",") if part.strip())
+    return names or None
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected an integer >= 0")
+    return value
+
+
+def merge_duplicates(jobs: list[JobEntry]) -> list[JobEntry]:
+    """One entry per decoded job id (Lustre can list an id both quoted and unquoted).
+
+    Counters add up; min/max are the extremes; times are the latest snapshot / earliest start.
+    """
+    seen: dict[str, JobEntry] = {}
+    duplicates = False
+    for entry in jobs:
+        if entry.jobid in seen:
+            duplicates = True
+            break
+        seen[entry.jobid] = entry
+    if not duplicates:
+        return jobs
+    merged: dict[str, JobEntry] = {}
+    for entry in jobs:
+        first = merged.get(entry.jobid)
+        if first is None:
+            merged[entry.jobid] = JobEntry(entry.jobid, entry.snapshot_time, entry.start_time,
+                                           entry.elapsed_time, dict(entry.ops))
+            continue
+        first.snapshot_time = _latest(first.snapshot_time, entry.snapshot_time, max)
+        first.start_time = _latest(first.start_time, entry.start_time, min)
+        first.elapsed_time = _latest(first.elapsed_time, entry.elapsed_time, max)
+        for name, op in entry.ops.items():
+            have = first.ops.get(name)
+            if have is None:
+                first.ops[name] = op
+                continue
+            first.ops[name] = type(op)(
+                have.samples + op.samples, have.unit,
+                min(have.min, op.min) if have.samples and op.samples else have.min or op.min,
+                max(have.max, op.max), have.sum + op.sum,
+                None if have.sumsq is None or op.sumsq is None else have.sumsq + op.sumsq)
+    return list(merged.values())
+
+
+def _latest(a: float | None, b: float | None, pick) -> float | None:
+    if a is None or b is None:
+        return a if b is None else b
+    return pick(a, b)
+
+
+def _activity(entry: JobEntry) -> int:
+    return sum(op.samples for op in entry.ops.values())
+
+
+def series_per_job(entry: JobEntry, rates: bool, operations: frozenset[str] | None) -> int:
+    """How many per-job series this entry gives (to count what a limit drops)."""
+    count = 0
+    for name, op in entry.ops.items():
+        if operations is not None and name not in operations:
+            continue
+        if name in BYTE_OPERATIONS:
+            count += 4
+        else:
+            count += 2 if op.unit == "usecs" else 1
+        count += 1 if rates else 0
+    return count
+
+
+@dataclass
+class Settings:
+    interval: float
+    rates: bool
+    operations: frozenset[str] | None
+    max_jobs: int
+
+
+class JobstatsCollector(Collector):
+    name = "jobstats"
+    description = "Lustre jobstats per job on MDT/OST servers"
+    enabled_by_default = True
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        add_flag(parser, "--jobstats.source", choices=["lctl", "procfs", "file"], default="lctl",
+                 help="where job_stats come from (default lctl)")
+        add_flag(parser, "--jobstats.lctl-path", default="lctl", help="lctl binary")
+        add_flag(parser, "--jobstats.timeout", type=_seconds, default=10.0,
+                 help="seconds before a hung lctl is killed and its targets marked down")
+        add_flag(parser, "--path.procfs", default="/proc",
+                 help="procfs mount point for --jobstats.source=procfs")
+        add_flag(parser, "--jobstats.path", default=None,
+                 help="file or glob with lctl get_param output, for --jobstats.source=file")
+        add_flag(parser, "--jobstats.interval", type=_seconds, default=10.0,
+                 help="seconds between background samples; 0 samples on each scrape")
+        add_flag(parser, "--jobstats.rates", action=argparse.BooleanOptionalAction, default=True,
+                 help="export live per-job rates (default on)")
+        add_flag(parser, "--jobstats.operations", type=_operations, default=None,
+                 help="comma-separated allowlist of operations, e.g. read_bytes,write_bytes,open")
+        add_flag(parser, "--jobstats.max-jobs", type=_positive_int, default=0,
+                 help="export at most this many jobs per target, most active first (0 = all)")
+        add_flag(parser, "--jobstats.jobid-pattern", default=None,
+                 help=r"regex with named groups added as labels, e.g. "
+                      r"'(?P<slurm_job>\d+):(?P<uid>\d+):(?P<host>.+)'")
+
+    def __init__(self, options: argparse.Namespace) -> None:
+        super().__init__(options)
+        self.source = self._make_source(options)
+        self.settings = Settings(options.jobstats_interval, options.jobstats_rates,
+                                 options.jobstats_operations, options.jobstats_max_jobs)
+        self.labels = LabelCache(JobIdPattern(options.jobstats_jobid_pattern))
+        self.tracker = RateTracker()
+        self._parse_errors: dict[TargetKey, int] = defaultdict(int)
+        self._dropped: dict[tuple[str, str, str], int] = defaultdict(int)
+        self._known: dict[str, list[TargetKey]] = {}  # origin -> targets last read from it
+        self._warned: set[str] = set()
+        self._snapshot = b""
+        self._generation = 0
+        self._sample_lock = threading.Lock()
+        self._ready = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @staticmethod
+    def _make_source(options: argparse.Namespace) -> Source:
+        if options.jobstats_source == "procfs":
+            return ProcfsSource(options.path_procfs)
+        if options.jobstats_source == "file":
+            if not options.jobstats_path:
+                raise ValueError("--jobstats.source=file needs --jobstats.path")
+            return FileSource(options.jobstats_path)
+        return LctlSource(options.jobstats_lctl_path, options.jobstats_timeout)
+
+    # ------------------------------------------------------------------ scheduling
+    def start(self) -> None:
+        if self.settings.interval > 0 and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="jobstats-sampler",
+                                            daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            self.sample()
+            self._stop.wait(max(0.0, self.settings.interval - (time.monotonic() - started)))
+
+    def exposition(self) -> bytes:
+        if self.settings.interval > 0 and self._thread is not None:
+            self._ready.wait(timeout=self.source_timeout() + 5)
+            return self._snapshot
+        arrived = self._generation
+        with self._sample_lock:
+            if self._generation != arrived:  # another scrape sampled while we waited
+                return self._snapshot
+            return self._sample_locked()
+
+    def source_timeout(self) -> float:
+        return getattr(self.source, "timeout", 5.0)
+
+    def sample(self) -> bytes:
+        """Take one sample now and make it the snapshot every scrape returns."""
+        with self._sample_lock:
+            return self._sample_locked()
+
+    def _sample_locked(self) -> bytes:
+        started = time.perf_counter()
+        if len(self._snapshot) > BIG_SNAPSHOT and self.settings.interval == 0:
+            self._snapshot = b""  # nobody reads it while we sample: do not hold two
+        buffer = io.BytesIO()
+        try:
+            self._collect(time.time(), buffer)
+        except Exception:  # noqa: BLE001 - a bug here must not take the scrape down
+            log.exception("jobstats sample failed")
+            buffer = io.BytesIO()
+            self._parse_errors[("", "")] += 1
+        duration = GaugeMetricFamily("lustre_jobstats_scrape_duration_seconds",
+                                     "Time to read, parse and render the last jobstats sample.",
+                                     value=time.perf_counter() - started)
+        buffer.write(render_families([duration]))
+        self._snapshot = buffer.getvalue()  # shares the buffer's memory, no copy
+        del buffer
+        self._generation += 1
+        self._ready.set()
+        return self._snapshot
+
+    # ------------------------------------------------------------------ one sample
+    def _collect(self, wall_clock: float, buffer: io.BytesIO) -> None:
+        up = GaugeMetricFamily("lustre_jobstats_up",
+                               "Whether the target's job_stats could be read (per source when "
+                               "nothing was read).", labels=["component", "target", "source"])
+        jobs_gauge = GaugeMetricFamily("lustre_jobstats_jobs",
+                                       "Job entries the target listed in the last sample.",
+                                       labels=["component", "target"])
+        series: list[TargetSeries] = []
+        present: list[TargetKey] = []
+        for raw in self.source.read():
+            targets = self._parse(raw)
+            for target in targets:
+                key = (target.component, target.target)
+                if key in present:
+                    self._warn(f"{raw.origin}: {key[0]} {key[1]} already read from another "
+                               "source; ignored")
+                    self._parse_errors[key] += 1
+                    continue
+                present.append(key)
+                self._parse_errors[key] += 0  # every target has the counter, from zero
+                up.add_metric([*key, raw.origin], 1)
+                jobs_gauge.add_metric(list(key), len(target.jobs))
+                series.append(self._target_series(target, wall_clock))
+            if raw.text is None:
+                for key in self._known.get(raw.origin) or [("", "")]:
+                    up.add_metric([*key, raw.origin], 0)
+            elif not targets:
+                up.add_metric(["", "", raw.origin], 0)
+        self.tracker.forget_except(present)
+        keys = [(*key, entry.jobid) for key, part in zip(present, series, strict=True)
+                for _, entry in part.jobs]
+        label_text = self.labels.refresh(keys)
+        for key, part in zip(present, series, strict=True):
+            part.jobs = [(label_text[(*key, entry.jobid)], entry) for _, entry in part.jobs]
+        render_jobs(series, self.labels, buffer, self.settings.operations)
+        buffer.write(render_families([up, jobs_gauge, *self._health_families()]))
+
+    def _warn(self, message: str) -> None:
+        """Log a problem once at WARNING (the same record is seen at every sample)."""
+        if message in self._warned:
+            log.debug("jobstats: %s", message)
+            return
+        if len(self._warned) >= 10_000:
+            self._warned.clear()
+        self._warned.add(message)
+        log.warning("jobstats: %s", message)
+
+    def _parse(self, raw: RawText) -> list[Target]:
+        if raw.text is None:
+            self._warn(raw.error or f"{raw.origin}: unreadable")
+            return []
+        parsed = parse_text(raw.text, raw.origin, raw.component, raw.target)
+        for message in parsed.errors:
+            self._warn(message)
+            self._parse_errors[("", "")] += 1
+        for target in parsed.targets:
+            if target.malformed:
+                self._parse_errors[(target.component, target.target)] += target.malformed
+                for message in target.errors:
+                    self._warn(message)
+        self._known[raw.origin] = [(t.component, t.target) for t in parsed.targets]
+        return parsed.targets
+
+    def _target_series(self, target: Target, wall_clock: float) -> TargetSeries:
+        key = (target.component, target.target)
+        jobs = merge_duplicates(target.jobs)
+        rates = self.tracker.update(key, jobs, wall_clock) if self.settings.rates else {}
+        operations = self.settings.operations
+        if operations is not None:
+            filtered = sum(series_per_job(entry, self.settings.rates, None)
+                           - series_per_job(entry, self.settings.rates, operations)
+                           for entry in jobs)
+            if filtered:
+                self._dropped[(*key, "operations")] += filtered
+        limit = self.settings.max_jobs
+        if limit and len(jobs) > limit:
+            kept = heapq.nlargest(limit, jobs, key=_activity)
+            kept_ids = {entry.jobid for entry in kept}
+            self._dropped[(*key, "max_jobs")] += sum(
+                series_per_job(entry, self.settings.rates, operations)
+                for entry in jobs if entry.jobid not in kept_ids)
+            jobs = [entry for entry in jobs if entry.jobid in kept_ids]
+        return TargetSeries([("", entry) for entry in jobs], rates)
+
+    def _health_families(self) -> list:
+        errors = CounterMetricFamily("lustre_jobstats_parse_errors",
+                                     "Job records (or texts) that could not be parsed and were "
+                                     "skipped.", labels=["component", "target"])
+        for (component, target), count in sorted(self._parse_errors.items()):
+            errors.add_metric([component, target], count)
+        dropped = CounterMetricFamily("lustre_jobstats_dropped_series",
+                                      "Per-job series left out by --jobstats.max-jobs "
+                                      "(reason=max_jobs) or --jobstats.operations "
+                                      "(reason=operations).",
+                                      labels=["component", "target", "reason"])
+        for (component, target, reason), count in sorted(self._dropped.items()):
+            dropped.add_metric([component, target, reason], count)
+        return [errors, dropped]

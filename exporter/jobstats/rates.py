@@ -1,0 +1,142 @@
+"""Live per-job rates from consecutive samples of the same target.
+
+Rules (issue 2): the clock is ``snapshot_time`` when the record has one (else the wall clock of
+the sample). A counter that decreases, or a changed ``start_time``, is a reset: the new value is
+the increment since the reset. A job seen for the first time gets a rate when its
+``start_time`` allows it (value over the time since start, or since the previous sample if that
+is later); otherwise its earlier value counts as zero at the previous sample. Rates are never
+negative or infinite: without a positive time step there is no rate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from exporter.jobstats.parser import BYTE_OPERATIONS, JobEntry
+
+
+def rate_counters(entry: JobEntry) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """What gets a rate: bytes for read_bytes/write_bytes, calls (``samples``) for the rest."""
+    names = tuple(entry.ops)
+    values = tuple([op.sum if name in BYTE_OPERATIONS else op.samples
+                    for name, op in entry.ops.items()])
+    return names, values
+
+
+@dataclass(slots=True)
+class _JobState:
+    clock: float
+    on_snapshot_clock: bool
+    start_time: float | None
+    names: tuple[str, ...]
+    values: tuple[int, ...]
+
+
+@dataclass(slots=True)
+class _TargetState:
+    snapshot_clock: float | None  # latest snapshot_time seen in the previous sample
+    wall_clock: float
+    jobs: dict[str, _JobState]
+
+
+def _per_second(values: Iterable[int], seconds: float) -> tuple[float, ...]:
+    return tuple([value / seconds for value in values])
+
+
+_ZEROS: dict[int, tuple[float, ...]] = {}
+
+
+def _zeros(count: int) -> tuple[float, ...]:
+    found = _ZEROS.get(count)
+    if found is None:
+        found = _ZEROS[count] = (0.0,) * count
+    return found
+
+
+class RateTracker:
+    """Keeps the previous sample of every target; ``update`` returns rates per job id.
+
+    A job missing from a target's new sample is forgotten (it comes back as a new job).
+    Targets that could not be read are simply not updated, so their state survives.
+    """
+
+    def __init__(self) -> None:
+        self._targets: dict[tuple[str, str], _TargetState] = {}
+        self._layouts: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+    def forget_except(self, keep: Iterable[tuple[str, str]]) -> None:
+        """Drop targets that no longer exist (keep the ones in ``keep``)."""
+        wanted = set(keep)
+        for key in [key for key in self._targets if key not in wanted]:
+            del self._targets[key]
+
+    def update(self, key: tuple[str, str], jobs: Iterable[JobEntry], wall_clock: float
+               ) -> dict[str, tuple[tuple[str, ...], tuple[float, ...]]]:
+        """Rates of one target's new sample: jobid -> (operation names, per-second values).
+
+        Jobs without a defined rate (first sample, no usable time step) are left out.
+        """
+        previous = self._targets.get(key)
+        old_jobs = previous.jobs if previous is not None else {}
+        new_jobs: dict[str, _JobState] = {}
+        rates: dict[str, tuple[tuple[str, ...], tuple[float, ...]]] = {}
+        latest_snapshot: float | None = None
+        for entry in jobs:
+            names, values = rate_counters(entry)
+            names = self._layouts.setdefault(names, names)
+            on_snapshot = entry.snapshot_time is not None
+            clock = entry.snapshot_time if on_snapshot else wall_clock
+            if on_snapshot and (latest_snapshot is None or clock > latest_snapshot):
+                latest_snapshot = clock
+            if previous is None:
+                previous_clock = None
+            else:
+                previous_clock = previous.snapshot_clock if on_snapshot else previous.wall_clock
+            state = _JobState(clock, on_snapshot, entry.start_time, names, values)
+            old = old_jobs.get(entry.jobid)
+            if old is not None and old.on_snapshot_clock != on_snapshot:
+                old = None  # clocks cannot be compared: treat as a new job
+            if old is None:
+                result = self._first_seen(values, clock, entry.start_time, previous_clock)
+            else:
+                result, keep_old = self._known(old, state)
+                if keep_old:
+                    state = old
+            if result is not None:
+                rates[entry.jobid] = (names, result)
+            new_jobs[entry.jobid] = state
+        self._targets[key] = _TargetState(latest_snapshot, wall_clock, new_jobs)
+        return rates
+
+    @staticmethod
+    def _first_seen(values: tuple[int, ...], clock: float, start_time: float | None,
+                    previous_clock: float | None) -> tuple[float, ...] | None:
+        if start_time is not None:
+            since = start_time if previous_clock is None else max(start_time, previous_clock)
+            if clock > since:
+                return _per_second(values, clock - since)
+        if previous_clock is not None and clock > previous_clock:
+            return _per_second(values, clock - previous_clock)
+        return None
+
+    @staticmethod
+    def _known(old: _JobState, new: _JobState) -> tuple[tuple[float, ...] | None, bool]:
+        """(rates or None, whether to keep the old state because no time has passed)."""
+        seconds = new.clock - old.clock
+        restarted = (new.start_time is not None and old.start_time is not None
+                     and new.start_time != old.start_time)
+        if not restarted and new.names == old.names:
+            if new.values == old.values:  # an idle job: the common case
+                return _zeros(len(new.values)), seconds <= 0
+            increments = [now - before for now, before in zip(new.values, old.values,
+                                                              strict=True)]
+            if min(increments) >= 0:
+                if seconds > 0:
+                    return tuple([step / seconds for step in increments]), False
+                return None, True
+        # A reset: what the entry holds now happened since it restarted.
+        since = old.clock if new.start_time is None else max(new.start_time, old.clock)
+        if new.clock > since:
+            return _per_second(new.values, new.clock - since), False
+        return None, False
