@@ -96,7 +96,8 @@ class Exporter:
             except Exception:  # noqa: BLE001
                 log.exception("stopping collector %s", collector.name)
 
-    def render(self) -> bytes:
+    def render(self) -> list[bytes]:
+        """The exposition of every collector, as parts (see web.make_server)."""
         parts: list[bytes] = []
         success = GaugeMetricFamily(
             "hpcmon_exporter_collector_success",
@@ -120,7 +121,7 @@ class Exporter:
             duration.add_metric([collector.name], time.perf_counter() - started)
         parts.append(render_families([success, duration]))
         parts.append(generate_latest(REGISTRY))
-        return b"".join(parts)
+        return parts
 
 
 LANDING_PAGE = """<!DOCTYPE html>

@@ -30,8 +30,8 @@ class _Section:
 
 
 def _speed(entry: str) -> float:
-    """A repeatable per-job growth speed between 0.2% and 5% of the recorded value per second."""
-    return 0.002 + (zlib.crc32(entry.split("\n", 1)[0].encode()) % 1000) / 1000 * 0.048
+    """A repeatable per-job growth speed between 0.02% and 0.5% of the recorded value per second."""
+    return 0.0002 + (zlib.crc32(entry.split("\n", 1)[0].encode()) % 1000) / 1000 * 0.0048
 
 
 def load_sections(paths: Sequence[Path]) -> list[_Section]:

@@ -13,7 +13,7 @@ import logging
 import socket
 import ssl
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -144,7 +144,7 @@ class _Server6(_Server):
 def make_server(
     address: str,
     telemetry_path: str,
-    render: Callable[[], bytes],
+    render: Callable[[], Sequence[bytes]],
     web_config: WebConfig,
     landing_html: str,
 ) -> ThreadingHTTPServer:
@@ -169,16 +169,23 @@ def make_server(
             log.debug("%s " + format, self.client_address[0], *args)
 
         def _send(
-            self, code: int, body: bytes, ctype: str, extra: dict[str, str] | None = None
+            self,
+            code: int,
+            body: bytes | Sequence[bytes],
+            ctype: str,
+            extra: dict[str, str] | None = None,
         ) -> None:
+            # A large exposition arrives in parts and is written as such, never joined: on a
+            # big OSS it is hundreds of MB and a join would double the exporter's memory.
+            parts = [body] if isinstance(body, bytes) else body
             self.send_response(code)
             self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Content-Length", str(sum(map(len, parts))))
             for key, value in {**web_config.headers, **(extra or {})}.items():
                 self.send_header(key, value)
             self.end_headers()
             if self.command != "HEAD":
-                self.wfile.write(body)
+                self.wfile.writelines(parts)
 
         def do_GET(self) -> None:  # noqa: N802
             if not web_config.check_auth(self.headers.get("Authorization")):

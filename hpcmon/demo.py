@@ -31,17 +31,17 @@ PANELS = (
     (
         "Top jobs by write rate",
         "bytes/s",
-        "topk(8, sum by (jobid) (lustre_job_write_bytes_per_second))",
+        "topk(8, sum by (jobid) (lustre_job_write_bytes_per_second) > 0)",
     ),
     (
         "Top jobs by read rate",
         "bytes/s",
-        "topk(8, sum by (jobid) (lustre_job_read_bytes_per_second))",
+        "topk(8, sum by (jobid) (lustre_job_read_bytes_per_second) > 0)",
     ),
     (
         "Top jobs by metadata operations",
         "ops/s",
-        'topk(8, sum by (jobid) (lustre_job_operations_per_second{component="mdt"}))',
+        'topk(8, sum by (jobid) (lustre_job_operations_per_second{component="mdt"}) > 0)',
     ),
 )
 
