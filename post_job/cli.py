@@ -1,8 +1,9 @@
 """``hpcmon-post-job``: turn a finished job's logs into InfluxDB points, losing nothing.
 
 Exit status: 0 when every point was written or safely spooled, 1 when something went wrong
-(a source error, lines rejected or lost; the reasons are on stderr), 2 for bad usage.
-In ``--slurm-epilog`` mode the status is 0 unless ``--strict`` or the config asks otherwise.
+(a source error, lines rejected or lost; the reasons are on stderr), 2 for bad usage (one line).
+In ``--slurm-epilog`` mode the status is 0 whatever happened, unless ``--strict`` or the
+config's ``strict: true`` asks for the statuses above.
 """
 
 from __future__ import annotations
@@ -13,39 +14,69 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from post_job.hook import (
+    PROG,
     RunReport,
     SourceRequest,
     Watchdog,
     WriterSettings,
+    configure_logging,
     flush,
     run_job,
     sending_deadline,
 )
 from post_job.model import JobContext
-from post_job.writers import DEFAULT_BATCH_SIZE, DEFAULT_TIMEOUT_SECONDS, Deadline, read_token
+from post_job.writers import DEFAULT_BATCH_SIZE, DEFAULT_TIMEOUT_SECONDS
 
-PROG = "hpcmon-post-job"
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 MAX_SECONDS = 86400
+# The only flags that go with --slurm-epilog (everything else comes from the config file).
+EPILOG_FLAGS = {"slurm_epilog", "config", "strict", "log_level", "help"}
+log = logging.getLogger("hpcmon.post_job")
 
 
 class UsageError(Exception):
     pass
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the contract's error style: one line on stderr, no usage block."""
+
+    usage_status = EXIT_USAGE
+
+    def __init__(self, **kwargs) -> None:
+        # No abbreviations: the flags are a contract, and "--influx.token X" must never be
+        # taken for --influx.token-file (its error would print the secret).
+        super().__init__(allow_abbrev=False, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        if message.startswith("unrecognized arguments: "):
+            # name the unknown flags only: a value next to them may be a secret
+            words = message.split(": ", 1)[1].split()
+            flags = sorted({word.split("=")[0] for word in words if word.startswith("-")})
+            message = f"unrecognized arguments: {' '.join(flags) or '(values without a flag)'}"
+        self.exit(self.usage_status, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def _positive_int(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text}")
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text!r}")
     return value
 
 
 def _positive_float(text: str) -> float:
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
     if not 0 < value <= MAX_SECONDS:
-        raise argparse.ArgumentTypeError(f"must be a number in (0, {MAX_SECONDS}], not {text}")
+        raise argparse.ArgumentTypeError(f"must be a number in (0, {MAX_SECONDS}], not {text!r}")
     return value
 
 
@@ -108,8 +139,8 @@ def add_writer_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser() -> _Parser:
+    parser = _Parser(
         prog=PROG,
         description="Turn a finished job's Darshan, Recorder, VizTracer and GEOPM data into "
         f"InfluxDB points. '{PROG} flush --spool-dir DIR <writers>' replays the "
@@ -185,10 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def build_flush_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=f"{PROG} flush", description="Replay spooled batches, oldest first."
-    )
+def build_flush_parser() -> _Parser:
+    parser = _Parser(prog=f"{PROG} flush", description="Replay spooled batches, oldest first.")
     add_writer_arguments(parser)
     return parser
 
@@ -196,8 +225,7 @@ def build_flush_parser() -> argparse.ArgumentParser:
 def writer_settings(
     options: argparse.Namespace, environ: dict[str, str] | None = None
 ) -> WriterSettings:
-    """Writer flags to settings; UsageError for incomplete server flags."""
-    env = os.environ if environ is None else environ
+    """Writer flags to settings; UsageError for incomplete or malformed server flags."""
     v2 = [options.influx_url, options.influx_org, options.influx_bucket]
     if any(v2) and not all(v2):
         raise UsageError("--influx.url, --influx.org and --influx.bucket go together")
@@ -207,25 +235,25 @@ def writer_settings(
         raise UsageError("--influx.v1-url and --influx.database go together")
     if options.influx_retention_policy and not options.influx_v1_url:
         raise UsageError("--influx.retention-policy needs --influx.v1-url")
-    try:
-        token = read_token(options.influx_token_file, env) if options.influx_url else None
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
-    return WriterSettings(
+    settings = WriterSettings(
         output=options.output,
         v2_url=options.influx_url,
         v2_org=options.influx_org,
         v2_bucket=options.influx_bucket,
-        v2_token=token,
         v1_url=options.influx_v1_url,
         v1_database=options.influx_database,
         v1_retention_policy=options.influx_retention_policy,
-        v1_username=env.get("INFLUX_USERNAME") or None,
-        v1_password=env.get("INFLUX_PASSWORD") or None,
         spool_dir=options.spool_dir,
         batch_size=options.influx_batch_size,
         request_timeout=options.influx_timeout,
     )
+    if options.spool_dir and not settings.has_server():
+        raise UsageError("--spool-dir needs a server writer (--influx.url or --influx.v1-url)")
+    try:
+        settings.add_secrets(options.influx_token_file, os.environ if environ is None else environ)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    return settings
 
 
 def source_requests(options: argparse.Namespace) -> list[SourceRequest]:
@@ -269,32 +297,30 @@ def source_requests(options: argparse.Namespace) -> list[SourceRequest]:
     return requests
 
 
-def configure_logging(level: str = "info", syslog: bool = False) -> None:
-    """One line per event, syslog friendly: ``hpcmon-post-job[pid]: LEVEL message``."""
-    root = logging.getLogger()
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-    handler: logging.Handler
-    if syslog and os.path.exists("/dev/log"):
-        from logging.handlers import SysLogHandler
-
-        handler = SysLogHandler(address="/dev/log")
-    else:
-        handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"{PROG}[{os.getpid()}]: %(levelname)s %(message)s"))
-    root.addHandler(handler)
-    root.setLevel(getattr(logging, level.upper().replace("WARN", "WARNING"), logging.INFO))
-    # influxdb-client logs every failed request itself; our own line says the same once.
-    logging.getLogger("influxdb_client").setLevel(logging.CRITICAL)
-
-
 def exit_status(report: RunReport) -> int:
     return EXIT_PROBLEMS if report.problems else EXIT_OK
 
 
-def _usage_error(message: str) -> int:
+def _usage_error(message: str, status: int = EXIT_USAGE) -> int:
     print(f"{PROG}: error: {message}", file=sys.stderr)
-    return EXIT_USAGE
+    return status
+
+
+def _token_flag_given(args: Sequence[str]) -> bool:
+    return any(arg == "--influx.token" or arg.startswith("--influx.token=") for arg in args)
+
+
+def _flags_given(
+    parser: argparse.ArgumentParser, options: argparse.Namespace, ignore: set[str]
+) -> list[str]:
+    """Flags (as spelled on the command line) set to something else than their default."""
+    return [
+        action.option_strings[0]
+        for action in parser._actions
+        if action.option_strings
+        and action.dest not in ignore
+        and getattr(options, action.dest, None) != action.default
+    ]
 
 
 def main_flush(argv: Sequence[str]) -> int:
@@ -302,34 +328,55 @@ def main_flush(argv: Sequence[str]) -> int:
     configure_logging(options.log_level)
     if not options.spool_dir:
         return _usage_error("flush needs --spool-dir")
+    if options.output:
+        return _usage_error("flush replays the spool to servers; --output does not go with it")
     try:
         settings = writer_settings(options)
     except UsageError as exc:
         return _usage_error(str(exc))
-    if not settings.has_server():
-        return _usage_error("flush needs a server writer (--influx.url or --influx.v1-url)")
+    if not Path(options.spool_dir).is_dir():
+        log.warning("flush: %s does not exist: nothing to replay", options.spool_dir)
     with Watchdog(options.time_limit, exit_code=EXIT_PROBLEMS):
-        reports = flush(settings, Deadline(options.time_limit))
+        reports = flush(settings, sending_deadline(options.time_limit))
     problems = [p for report in reports for p in report.problems]
     for report in reports:
-        logging.getLogger("hpcmon.post_job").info("flush %s", report.summary())
+        log.info("flush %s", report.summary())
     for problem in problems:
-        logging.getLogger("hpcmon.post_job").error("flush: %s", problem)
+        log.error("flush: %s", problem)
     return EXIT_PROBLEMS if problems else EXIT_OK
+
+
+def main_epilog(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+    """``--slurm-epilog``: everything but the config path comes from Slurm and the config."""
+    from post_job.epilog import run_epilog
+
+    status = EXIT_USAGE if options.strict else EXIT_OK
+    others = _flags_given(parser, options, EPILOG_FLAGS)
+    if others:
+        return _usage_error(
+            f"--slurm-epilog takes its settings from --config, not {' '.join(others)}", status
+        )
+    if not options.config:
+        return _usage_error("--slurm-epilog needs --config FILE.yaml", status)
+    return run_epilog(Path(options.config), strict=options.strict, log_level=options.log_level)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if _token_flag_given(args):
+        return _usage_error(
+            "there is no --influx.token: give the token in INFLUX_TOKEN or --influx.token-file"
+        )
     if args[:1] == ["flush"]:
         return main_flush(args[1:])
     parser = build_parser()
+    if "--slurm-epilog" in args and "--strict" not in args:
+        parser.usage_status = EXIT_OK
     options = parser.parse_args(args)
     if options.slurm_epilog:
-        from post_job.epilog import run_epilog
-
-        if not options.config:
-            return _usage_error("--slurm-epilog needs --config FILE.yaml")
-        return run_epilog(Path(options.config), strict=options.strict)
+        return main_epilog(parser, options)
+    if options.config or options.strict:
+        return _usage_error("--config and --strict go with --slurm-epilog")
     configure_logging(options.log_level)
     if not options.job_id or not options.job_id.strip():
         return _usage_error("--job-id is required (or --slurm-epilog --config FILE)")
@@ -339,8 +386,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _usage_error(str(exc))
     requests = source_requests(options)
     if not requests:
-        logging.getLogger("hpcmon.post_job").warning("no input given; only the spool is replayed")
+        log.warning(
+            "no input given%s",
+            "; only the spool is replayed" if settings.spool_dir else "; nothing to write",
+        )
     job = JobContext(options.job_id.strip(), options.cluster or None, options.user or None)
     with Watchdog(options.time_limit, exit_code=EXIT_PROBLEMS):
-        report = run_job(job, requests, settings, sending_deadline(options.time_limit))
+        try:
+            report = run_job(job, requests, settings, sending_deadline(options.time_limit))
+        except Exception as exc:  # noqa: BLE001 - a bug must still end in one clear line
+            log.debug("run failed", exc_info=True)
+            log.error("job=%s internal error: %s: %s", job.job_id, type(exc).__name__, exc)
+            return EXIT_PROBLEMS
     return exit_status(report)

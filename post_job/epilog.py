@@ -29,15 +29,17 @@ from post_job.hook import (
     SourceRequest,
     Watchdog,
     WriterSettings,
+    configure_logging,
     run_job,
     sending_deadline,
 )
 from post_job.model import JobContext
-from post_job.writers import DEFAULT_BATCH_SIZE, DEFAULT_TIMEOUT_SECONDS, read_token
+from post_job.writers import DEFAULT_BATCH_SIZE, DEFAULT_TIMEOUT_SECONDS, url_problem
 
 log = logging.getLogger("hpcmon.post_job.epilog")
 
 DEFAULT_TIME_LIMIT = 60.0
+DEFAULT_SEARCH_DAYS = 2
 # Darshan's runtime names logs <logdir>/<year>/<month>/<day>/<user>_<exe>_id<jobid>_...darshan
 # with month and day unpadded, from the local time at which the application started.
 DARSHAN_DEFAULT_PATTERN = "{logdir}/{year}/{month}/{day}/{user}_*_id{jobid}_*.darshan"
@@ -63,7 +65,16 @@ _SOURCE_OPTIONS: dict[str, dict[str, tuple[str, str]]] = {
     },
     "geopm_report": {},
 }
-_TOP_KEYS = {"cluster", "time_limit_seconds", "strict", "log", "spool_dir", "writers", "sources"}
+_TOP_KEYS = {
+    "cluster",
+    "time_limit_seconds",
+    "search_days",
+    "strict",
+    "log",
+    "spool_dir",
+    "writers",
+    "sources",
+}
 _WRITER_KEYS = {"output", "influx_v2", "influx_v1", "batch_size", "request_timeout_seconds"}
 
 
@@ -79,6 +90,7 @@ class SourceConfig:
 class EpilogConfig:
     cluster: str | None = None
     time_limit: float = DEFAULT_TIME_LIMIT
+    search_days: int = DEFAULT_SEARCH_DAYS  # days back to search when Slurm gives no times
     strict: bool = False
     syslog: bool = False
     spool_dir: str | None = None
@@ -121,6 +133,13 @@ def _text(value: Any, where: str) -> str:
     return value
 
 
+def _url(value: Any, where: str) -> str:
+    problem = url_problem(_text(value, where))
+    if problem:
+        raise ConfigError(f"{where}: {problem}")
+    return value
+
+
 def _number(value: Any, where: str, integer: bool = False, maximum: float = 86400) -> float:
     if (
         isinstance(value, bool)
@@ -157,6 +176,12 @@ def parse_config(data: Mapping[str, Any], path: Path | str = "config") -> Epilog
         config.cluster = _text(data["cluster"], _where(path, "cluster"))
     if "time_limit_seconds" in data:
         config.time_limit = _number(data["time_limit_seconds"], _where(path, "time_limit_seconds"))
+    if "search_days" in data:
+        config.search_days = int(
+            _number(
+                data["search_days"], _where(path, "search_days"), integer=True, maximum=MAX_DAYS
+            )
+        )
     if "strict" in data:
         config.strict = _flag(data["strict"], _where(path, "strict"))
     if "log" in data:
@@ -172,6 +197,12 @@ def parse_config(data: Mapping[str, Any], path: Path | str = "config") -> Epilog
         config.sources.append(
             _parse_source(name, _mapping(raw, _where(path, f"sources.{name}")), path)
         )
+    servers = {"influx_v1", "influx_v2"} & set(config.writers)
+    if not servers and "output" not in config.writers:
+        # standard output would end in the epilog's log (or nowhere): refuse instead
+        raise ConfigError(f"{_where(path, 'writers')}: give output, influx_v2 or influx_v1")
+    if config.spool_dir and not servers:
+        raise ConfigError(f"{_where(path, 'spool_dir')} needs writers.influx_v2 or influx_v1")
     return config
 
 
@@ -188,6 +219,7 @@ def _parse_writers(data: Mapping[str, Any], path: Path | str) -> dict[str, Any]:
             key: _text(v2.get(key), _where(path, f"writers.influx_v2.{key}"))
             for key in ("url", "org", "bucket")
         }
+        _url(v2["url"], _where(path, "writers.influx_v2.url"))
         if v2.get("token_file") is not None:
             writers["influx_v2"]["token_file"] = _text(
                 v2["token_file"], _where(path, "writers.influx_v2.token_file")
@@ -199,6 +231,7 @@ def _parse_writers(data: Mapping[str, Any], path: Path | str) -> dict[str, Any]:
             key: _text(v1.get(key), _where(path, f"writers.influx_v1.{key}"))
             for key in ("url", "database")
         }
+        _url(v1["url"], _where(path, "writers.influx_v1.url"))
         if v1.get("retention_policy") is not None:
             writers["influx_v1"]["retention_policy"] = _text(
                 v1["retention_policy"], _where(path, "writers.influx_v1.retention_policy")
@@ -308,8 +341,9 @@ def check_pattern(pattern: str, where: str) -> None:
         raise ConfigError(f"{where}: bad pattern {pattern!r}: {exc}") from None
 
 
-def job_days(job: SlurmJob, now: float | None = None) -> list[dt.date]:
-    """Local dates to search: every day from job start to end, else today and yesterday."""
+def job_days(job: SlurmJob, now: float | None = None, search_days: int = 2) -> list[dt.date]:
+    """Local dates to search: every day from job start to end; when Slurm gives neither time,
+    today and the ``search_days - 1`` days before (a job's logs are dated by its start)."""
     if job.start is not None or job.end is not None:
         first = dt.date.fromtimestamp(job.start if job.start is not None else job.end)
         last = dt.date.fromtimestamp(job.end if job.end is not None else job.start)
@@ -318,7 +352,7 @@ def job_days(job: SlurmJob, now: float | None = None) -> list[dt.date]:
         first = max(first, last - dt.timedelta(days=MAX_DAYS - 1))
         return [first + dt.timedelta(days=k) for k in range((last - first).days + 1)]
     today = dt.date.fromtimestamp(time.time() if now is None else now)
-    return [today - dt.timedelta(days=1), today]
+    return [today - dt.timedelta(days=k) for k in range(search_days - 1, -1, -1)]
 
 
 def expansion_values(
@@ -342,11 +376,11 @@ def find_files(
     job: SlurmJob,
     cluster: str | None,
     logdir: str | None,
-    now: float | None = None,
+    days: list[dt.date],
 ) -> list[Path]:
-    """Every existing path matched by the patterns on any of the job's days, sorted, unique."""
+    """Every existing path matched by the patterns on any of the given days, sorted, unique."""
     found: set[str] = set()
-    for day in job_days(job, now):
+    for day in days:
         values = expansion_values(job, cluster, day, logdir)
         for pattern in patterns:
             found.update(glob.glob(expand_pattern(pattern, values)))
@@ -375,9 +409,10 @@ def source_requests(
     config: EpilogConfig, job: SlurmJob, now: float | None = None
 ) -> list[SourceRequest]:
     requests: list[SourceRequest] = []
+    days = job_days(job, now, config.search_days)
     for source in config.sources:
         inputs = {
-            key: find_files(patterns, job, config.cluster, source.logdir, now)
+            key: find_files(patterns, job, config.cluster, source.logdir, days)
             for key, patterns in source.patterns.items()
         }
         log.info(
@@ -405,26 +440,23 @@ def writer_settings(
     config: EpilogConfig, job: SlurmJob, environ: Mapping[str, str]
 ) -> WriterSettings:
     writers = config.writers
+    v1, v2 = writers.get("influx_v1", {}), writers.get("influx_v2", {})
     settings = WriterSettings(
+        output=output_path(writers["output"], job, config.cluster) if "output" in writers else None,
+        v2_url=v2.get("url"),
+        v2_org=v2.get("org"),
+        v2_bucket=v2.get("bucket"),
+        v1_url=v1.get("url"),
+        v1_database=v1.get("database"),
+        v1_retention_policy=v1.get("retention_policy"),
         spool_dir=config.spool_dir,
         batch_size=writers["batch_size"],
         request_timeout=writers["request_timeout"],
     )
-    if "output" in writers:
-        settings.output = output_path(writers["output"], job, config.cluster)
-    if "influx_v2" in writers:
-        v2 = writers["influx_v2"]
-        settings.v2_url, settings.v2_org, settings.v2_bucket = v2["url"], v2["org"], v2["bucket"]
-        try:
-            settings.v2_token = read_token(v2.get("token_file"), dict(environ))
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from exc
-    if "influx_v1" in writers:
-        v1 = writers["influx_v1"]
-        settings.v1_url, settings.v1_database = v1["url"], v1["database"]
-        settings.v1_retention_policy = v1.get("retention_policy")
-        settings.v1_username = environ.get("INFLUX_USERNAME") or None
-        settings.v1_password = environ.get("INFLUX_PASSWORD") or None
+    try:
+        settings.add_secrets(v2.get("token_file"), environ)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
     return settings
 
 
@@ -462,33 +494,41 @@ def run_epilog(
     strict: bool = False,
     environ: Mapping[str, str] | None = None,
     now: float | None = None,
+    log_level: str = "info",
 ) -> int:
     """The whole epilog run; returns the exit status (0 unless strict and something failed)."""
-    from post_job.cli import configure_logging
-
     env = os.environ if environ is None else environ
-    configure_logging("info")
+    configure_logging(log_level)
     try:
         config = load_config(config_path)
     except ConfigError as exc:
         log.error("%s", exc)
         return 2 if strict else 0
     strict = strict or config.strict
-    configure_logging("info", syslog=config.syslog)
+    configure_logging(log_level, syslog=config.syslog)
     failure = 1 if strict else 0
     with Watchdog(config.time_limit, exit_code=failure):
-        deadline = sending_deadline(config.time_limit)
-        job = slurm_job(env)
-        if job is None:
-            log.error("SLURM_JOB_ID is not set: not running as a Slurm epilog")
-            return failure
         try:
-            settings = writer_settings(config, job, env)
-        except ConfigError as exc:
-            log.error("%s", exc)
+            return _run(config, env, now, failure)
+        except Exception as exc:  # noqa: BLE001 - never fail a user's job over a bug of ours
+            log.debug("epilog run failed", exc_info=True)
+            log.error("internal error: %s: %s", type(exc).__name__, exc)
             return failure
-        requests = source_requests(config, job, now)
-        context = JobContext(job.job_id, config.cluster, job.user)
-        report = run_job(context, requests, settings, deadline)
+
+
+def _run(config: EpilogConfig, env: Mapping[str, str], now: float | None, failure: int) -> int:
+    deadline = sending_deadline(config.time_limit)
+    job = slurm_job(env)
+    if job is None:
+        log.error("SLURM_JOB_ID is not set: not running as a Slurm epilog")
+        return failure
+    try:
+        settings = writer_settings(config, job, env)
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return failure
+    requests = source_requests(config, job, now)
+    context = JobContext(job.job_id, config.cluster, job.user)
+    report = run_job(context, requests, settings, deadline)
     log.info("job=%s done: points=%d problems=%d", job.job_id, report.points, len(report.problems))
     return failure if report.problems else 0

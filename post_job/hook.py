@@ -11,8 +11,9 @@ import dataclasses
 import importlib
 import logging
 import os
+import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,9 +29,12 @@ from post_job.writers import (
     InfluxV2Writer,
     ServerWriter,
     deliver,
+    read_token,
+    url_problem,
     write_line_file,
 )
 
+PROG = "hpcmon-post-job"
 log = logging.getLogger("hpcmon.post_job")
 
 # source name -> (module, entry function) of postjob-contract.md
@@ -143,6 +147,19 @@ class WriterSettings:
 
     def has_server(self) -> bool:
         return bool(self.v1_url or self.v2_url)
+
+    def add_secrets(self, token_file: str | None, environ: Mapping[str, str]) -> None:
+        """Check the server URLs, then take the secrets from the token file or the environment
+        (never from a flag or the config file); ValueError with a one-line reason."""
+        for url in (self.v1_url, self.v2_url):
+            problem = url_problem(url) if url else None
+            if problem:
+                raise ValueError(problem)
+        if self.v2_url:
+            self.v2_token = read_token(token_file, dict(environ))
+        if self.v1_url:
+            self.v1_username = environ.get("INFLUX_USERNAME") or None
+            self.v1_password = environ.get("INFLUX_PASSWORD") or None
 
     def server_writers(self) -> list[ServerWriter]:
         writers: list[ServerWriter] = []
@@ -318,13 +335,13 @@ def ship(
 
 def flush(settings: WriterSettings, deadline: Deadline) -> list[DestinationReport]:
     """Replay every server's spool (``hpcmon-post-job flush``)."""
+    assert settings.spool_dir, "flush needs a spool directory"
     reports: list[DestinationReport] = []
     for writer in _open_writers(settings, reports):
         report = DestinationReport(writer.describe())
         try:
-            result = _replay_into(
-                report, Spool(settings.spool_dir or ".", writer.kind), writer, deadline, settings
-            )
+            spool = Spool(settings.spool_dir, writer.kind)
+            result = _replay_into(report, spool, writer, deadline, settings)
         finally:
             writer.close()
         if result.unavailable_reason:
@@ -410,3 +427,29 @@ class Watchdog:
     def __exit__(self, *exc: object) -> None:
         if self._timer is not None:
             self._timer.cancel()
+
+
+class _OneLineFormatter(logging.Formatter):
+    """Syslog keeps one record per line: line breaks inside a message become a visible ``\\n``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return super().format(record).replace("\r", "").replace("\n", "\\n")
+
+
+def configure_logging(level: str = "info", syslog: bool = False) -> None:
+    """One line per event, syslog friendly: ``hpcmon-post-job[pid]: LEVEL message``."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    handler: logging.Handler
+    if syslog and os.path.exists("/dev/log"):
+        from logging.handlers import SysLogHandler
+
+        handler = SysLogHandler(address="/dev/log")
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_OneLineFormatter(f"{PROG}[{os.getpid()}]: %(levelname)s %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(getattr(logging, level.upper().replace("WARN", "WARNING"), logging.INFO))
+    # influxdb-client logs every failed request itself; our own line says the same once.
+    logging.getLogger("influxdb_client").setLevel(logging.CRITICAL)

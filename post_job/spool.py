@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -35,6 +36,9 @@ VERSION = 1
 SUFFIX = ".spool"
 _NAME = re.compile(r"^\d{20}-\d+-\d+\.spool$")
 _STALE_TMP_SECONDS = 3600
+# One counter per process, not per Spool: two Spool objects of one process must never build
+# the same name in the same nanosecond (os.replace would silently overwrite the older batch).
+_SEQUENCE = itertools.count(1)
 
 
 class SpoolFileError(ValueError):
@@ -130,10 +134,11 @@ class Spool:
         self.kind = kind
         self.dir = Path(root) / kind
         self.rejected_dir = self.dir / "rejected"
-        self._seq = 0
 
     def _ensure(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
+        if not self.dir.is_dir():
+            self.dir.mkdir(parents=True, exist_ok=True)
+            _fsync_dir(self.dir.parent)  # the new directory entry must survive a crash too
 
     def add(self, lines: Sequence[str]) -> Path | None:
         """Store one batch durably; returns its path (None for no lines)."""
@@ -141,8 +146,7 @@ class Spool:
             return None
         self._ensure()
         created = time.time_ns()
-        self._seq += 1
-        path = self.dir / f"{created:020d}-{os.getpid()}-{self._seq}{SUFFIX}"
+        path = self.dir / f"{created:020d}-{os.getpid()}-{next(_SEQUENCE)}{SUFFIX}"
         atomic_write(path, encode_batch(lines, self.kind, created))
         return path
 
@@ -174,8 +178,7 @@ class Spool:
         if not rejected:
             return None
         self.rejected_dir.mkdir(parents=True, exist_ok=True)
-        self._seq += 1
-        path = self.rejected_dir / f"{time.time_ns():020d}-{os.getpid()}-{self._seq}.jsonl"
+        path = self.rejected_dir / f"{time.time_ns():020d}-{os.getpid()}-{next(_SEQUENCE)}.jsonl"
         text = "".join(
             json.dumps({"line": line, "error": reason, "from": source}, ensure_ascii=False) + "\n"
             for line, reason in rejected

@@ -6,13 +6,18 @@ only the bad lines end up rejected, and a server that is down or refuses us (5xx
 errors, auth, unknown database) stops the delivery so the rest can be spooled and replayed.
 Bisection may re-send good lines of a partially written chunk (InfluxDB 1.x writes the good
 lines of a 400 "partial write"); identical (measurement, tags, time) points overwrite
-themselves, so this never creates duplicates.
+themselves, so this never creates duplicates. When InfluxDB 1.x says it wrote none of the
+chunk (every line dropped or unparsable), the whole chunk is rejected at once: a measurement
+whose field type changed costs one request, not 2n - 1.
 """
 
 from __future__ import annotations
 
 import base64
+import http.client
+import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -29,10 +34,18 @@ DEFAULT_TIMEOUT_SECONDS = 10.0
 # Statuses that mean "this data is bad": bisect to find the lines at fault.
 _BAD_DATA_STATUSES = {400, 422}
 _TOO_LARGE_STATUS = 413
+_DROPPED = re.compile(r"dropped=(\d+)\s*$")
 
 
 class RejectedError(Exception):
-    """The server refused the data itself (bad line, field type conflict): do not retry as is."""
+    """The server refused the data itself (bad line, field type conflict): do not retry as is.
+
+    ``every_line``: the server said it wrote none of the lines, so bisecting cannot save any.
+    """
+
+    def __init__(self, message: str, every_line: bool = False) -> None:
+        super().__init__(message)
+        self.every_line = every_line
 
 
 class UnavailableError(Exception):
@@ -102,8 +115,8 @@ def deliver(
             writer.send(chunk, deadline.timeout(request_timeout))
             result.written += len(chunk)
         except (RejectedError, TooLargeError) as exc:
-            if len(chunk) == 1:
-                result.rejected.append((chunk[0], str(exc)))
+            if len(chunk) == 1 or (isinstance(exc, RejectedError) and exc.every_line):
+                result.rejected.extend((line, str(exc)) for line in chunk)
             else:
                 middle = len(chunk) // 2
                 stack.append(chunk[middle:])
@@ -132,12 +145,28 @@ def _short(body: bytes | str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _raise_for_status(status: int, message: str) -> None:
+def _raise_for_status(status: int, message: str, every_line: bool = False) -> None:
     if status in _BAD_DATA_STATUSES:
-        raise RejectedError(f"HTTP {status}: {message}")
+        raise RejectedError(f"HTTP {status}: {message}", every_line)
     if status == _TOO_LARGE_STATUS:
         raise TooLargeError(f"HTTP {status}: {message}")
     raise UnavailableError(f"HTTP {status}: {message}")
+
+
+def _v1_refused_every_line(body: bytes, count: int) -> bool:
+    """Whether InfluxDB 1.x's 400 says it wrote none of ``count`` lines: ``partial write: ...
+    dropped=N`` with N == count, or a bare ``unable to parse ...`` (sent only when no line
+    parsed; when some did, it writes them and prefixes ``partial write:``)."""
+    try:
+        error = json.loads(body)["error"]
+    except (ValueError, KeyError, TypeError):
+        return False
+    if not isinstance(error, str):
+        return False
+    if error.startswith("partial write:"):
+        dropped = _DROPPED.search(error)
+        return dropped is not None and int(dropped.group(1)) == count
+    return error.startswith("unable to parse")
 
 
 class InfluxV1Writer:
@@ -174,9 +203,12 @@ class InfluxV1Writer:
             with urllib.request.urlopen(request, timeout=timeout) as response:
                 response.read()
         except urllib.error.HTTPError as exc:
-            _raise_for_status(exc.code, _short(exc.read()))
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
+            body = exc.read()
+            every_line = exc.code == 400 and _v1_refused_every_line(body, len(lines))
+            _raise_for_status(exc.code, _short(body), every_line)
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+            # HTTPException: something that is not an HTTP server answered (BadStatusLine...)
+            reason = getattr(exc, "reason", None) or f"{type(exc).__name__}: {_short(str(exc))}"
             raise UnavailableError(f"cannot reach {self.url.split('?')[0]}: {reason}") from exc
 
     def close(self) -> None:
@@ -213,13 +245,15 @@ class InfluxV2Writer:
         from influxdb_client.domain.write_precision import WritePrecision
         from influxdb_client.rest import ApiException
 
+        # The synchronous write API drops a per-call ``_request_timeout`` (influxdb-client 1.50),
+        # so the deadline-bounded timeout goes into the client's configuration (milliseconds).
+        self.client.conf.timeout = max(1, int(timeout * 1000))
         try:
             self.write_api.write(
                 bucket=self.bucket,
                 org=self.org,
                 record=_join(lines),
                 write_precision=WritePrecision.NS,
-                _request_timeout=timeout,
             )
         except ApiException as exc:
             _raise_for_status(int(exc.status or 0), _short(exc.body or exc.reason or ""))
@@ -254,14 +288,31 @@ def write_line_file(lines: Sequence[str], output: str | Path | None) -> None:
         raise
 
 
+def url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be a server's base URL (None when it can): caught at start-up, since
+    a typo would otherwise look like a server that is down and be spooled forever."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as exc:
+        return f"{url!r} is not a valid URL: {exc}"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"{url!r} is not an http:// or https:// URL with a host"
+    if parts.query or parts.fragment:
+        return f"{url!r}: give the base URL, without '?' or '#'"
+    return None
+
+
 def read_token(token_file: str | Path | None, environ: dict[str, str] | None = None) -> str | None:
     """The v2 API token: ``--influx.token-file``, else ``INFLUX_TOKEN`` (never a flag value)."""
     env = os.environ if environ is None else environ
     if token_file:
         try:
-            return Path(token_file).read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ValueError(
-                f"{token_file}: cannot read token file: {exc.strerror or exc}"
-            ) from exc
+            token = Path(token_file).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise ValueError(f"{token_file}: cannot read token file: {reason or exc}") from exc
+        if not token:
+            raise ValueError(f"{token_file}: token file is empty")
+        return token
     return env.get("INFLUX_TOKEN") or None

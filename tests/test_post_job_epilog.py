@@ -23,6 +23,7 @@ from tests.test_post_job_frame import GEOPM_REPORT, needs_geopm
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "deploy" / "slurm" / "post-job.example.yaml"
 SCRIPT = REPO / "deploy" / "slurm" / "hpcmon-epilog.sh"
+LP_FILE = {"output": "/nonexistent/{jobid}.lp"}
 
 
 def local_epoch(year: int, month: int, day: int, hour: int, minute: int = 0) -> float:
@@ -70,6 +71,14 @@ def test_example_config_is_valid() -> None:
         ({"writers": []}, "writers must be a mapping"),
         ({"time_limit_seconds": 1e308}, "up to 86400"),
         ({"sources": {"geopm_report": {"reports": "/x/{day:999999999}"}}}, "wider than 64"),
+        (
+            {"writers": {"influx_v1": {"url": "influx:8086", "database": "d"}}},
+            "writers.influx_v1.url: 'influx:8086' is not an http:// or https:// URL",
+        ),
+        ({"search_days": 0}, "search_days must be a positive integer"),
+        ({"search_days": 1000}, "up to 62"),
+        ({"sources": {"geopm_report": {"reports": "/r"}}}, "writers: give output, influx_v2"),
+        ({"spool_dir": "/s", "writers": {"output": "/o.lp"}}, "spool_dir needs writers.influx"),
     ],
 )
 def test_bad_config_names_file_and_key(data, message, tmp_path: Path) -> None:
@@ -175,6 +184,8 @@ def test_job_days_span_start_to_end_or_today() -> None:
         dt.date(2026, 2, 28),
         dt.date(2026, 3, 1),
     ]
+    week = job_days(unknown, now=local_epoch(2026, 3, 1, 0, 30), search_days=7)
+    assert week == [dt.date(2026, 2, 23) + dt.timedelta(days=k) for k in range(7)]
     long_job = SlurmJob("1", "u", None, local_epoch(2024, 1, 1, 0), local_epoch(2025, 1, 1, 0))
     days = job_days(long_job)
     assert len(days) == epilog.MAX_DAYS and days[-1] == dt.date(2025, 1, 1)
@@ -194,7 +205,7 @@ def test_darshan_layout_found_across_midnight(tmp_path: Path) -> None:
     for path in wanted + unwanted:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"")
-    config = parse_config({"sources": {"darshan": {"logdir": str(logdir)}}})
+    config = parse_config({"writers": LP_FILE, "sources": {"darshan": {"logdir": str(logdir)}}})
     job = SlurmJob(
         "4711", "alice", "1000", local_epoch(2025, 12, 31, 23, 50), local_epoch(2026, 1, 1, 0, 20)
     )
@@ -206,7 +217,8 @@ def test_glob_characters_in_slurm_values_are_literal(tmp_path: Path) -> None:
     (tmp_path / "abc.report").write_text("x")
     (tmp_path / "a*.report").write_text("x")
     job = SlurmJob("1", "a*", None, None, None)
-    assert find_files([str(tmp_path / "{user}.report")], job, None, None) == [
+    days = [dt.date(2026, 1, 1)]
+    assert find_files([str(tmp_path / "{user}.report")], job, None, None, days) == [
         tmp_path / "a*.report"
     ]
 
@@ -278,6 +290,37 @@ def test_epilog_outside_slurm_and_bad_config(tmp_path: Path) -> None:
     assert run_epilog(bad, environ=slurm_env()) == 0
     assert run_epilog(bad, strict=True, environ=slurm_env()) == 2
     assert run_epilog(tmp_path / "missing.yaml", strict=True, environ=slurm_env()) == 2
+
+
+def test_search_days_find_logs_of_a_long_job_without_slurm_times(tmp_path: Path) -> None:
+    """Darshan dates a log by the application's start; without SLURM_JOB_START_TIME the hook
+    must look back as far as the config says."""
+    log = tmp_path / "2026/2/25/alice_a.out_id4711_2-25-100-1.darshan"
+    log.parent.mkdir(parents=True)
+    log.write_bytes(b"")
+    job = SlurmJob("4711", "alice", "1000", None, None)
+    now = local_epoch(2026, 3, 1, 8)
+    default = parse_config({"writers": LP_FILE, "sources": {"darshan": {"logdir": str(tmp_path)}}})
+    assert epilog.source_requests(default, job, now) == []  # today and yesterday only
+    sources = {"darshan": {"logdir": str(tmp_path)}}
+    week = parse_config({"search_days": 7, "writers": LP_FILE, "sources": sources})
+    [request] = epilog.source_requests(week, job, now)
+    assert request.inputs == ([log], [])
+
+
+def test_unexpected_failure_still_exits_0(tmp_path: Path, monkeypatch, capsys) -> None:
+    config = write_config(tmp_path / "c.yaml", {"writers": {"output": str(tmp_path / "x.lp")}})
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk\non fire")
+
+    monkeypatch.setattr(epilog, "run_job", broken)
+    assert run_epilog(config, environ=slurm_env()) == 0
+    assert run_epilog(config, strict=True, environ=slurm_env()) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert [line for line in err if "internal error" in line] == [
+        f"hpcmon-post-job[{os.getpid()}]: ERROR internal error: RuntimeError: disk\\non fire"
+    ] * 2
 
 
 SLOW_SOURCE = """

@@ -11,7 +11,7 @@ import pytest
 
 from hpcmon.points import Point, to_lines
 from post_job import hook
-from post_job.cli import build_parser, main, source_requests
+from post_job.cli import UsageError, build_parser, main, source_requests, writer_settings
 from post_job.model import JobContext, SourceOutput
 from tests import servers
 
@@ -93,7 +93,42 @@ def json_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         ),
         (["flush", "--influx.v1-url", "http://x", "--influx.database", "d"], "needs --spool-dir"),
         (["flush", "--spool-dir", "/tmp/x"], "needs a server writer"),
-        (["--slurm-epilog"], "needs --config"),
+        (
+            [
+                "flush",
+                "--spool-dir",
+                "/x",
+                "--influx.v1-url",
+                "http://h",
+                "--influx.database",
+                "d",
+                "--output",
+                "f.lp",
+            ],
+            "--output does not go with it",
+        ),  # fmt: skip
+        (["--job-id", "1", "--spool-dir", "/tmp/x"], "--spool-dir needs a server writer"),
+        (
+            ["--job-id", "1", "--influx.v1-url", "localhost:8086", "--influx.database", "d"],
+            "not an http:// or https:// URL",
+        ),  # fmt: skip
+        (
+            [
+                "--job-id",
+                "1",
+                "--influx.url",
+                "http://h:x",
+                "--influx.org",
+                "o",
+                "--influx.bucket",
+                "b",
+            ],
+            "not a valid URL",
+        ),  # fmt: skip
+        (["--job-id", "1", "--config", "c.yaml"], "go with --slurm-epilog"),
+        (["--job-id", "1", "--strict"], "go with --slurm-epilog"),
+        (["--slurm-epilog", "--strict"], "needs --config"),
+        (["--slurm-epilog", "--strict", "--config", "c", "--job-id", "3"], "not --job-id"),
     ],
 )
 def test_bad_usage_is_one_line_and_status_2(argv, message, capsys) -> None:
@@ -102,10 +137,90 @@ def test_bad_usage_is_one_line_and_status_2(argv, message, capsys) -> None:
     assert len(err) == 1 and message in err[0]
 
 
-def test_argparse_rejects_non_positive_numbers(capsys) -> None:
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--job-id", "1", "--darshan.top-records", "0"], "must be a positive integer, not '0'"),
+        (["--job-id", "1", "--recorder.top-files", "many"], "positive integer, not 'many'"),
+        (["--job-id", "1", "--time-limit", "nan"], "must be a number in (0, 86400]"),
+        (["--job-id", "1", "--darshan"], "expected at least one argument"),
+        (["--job-id", "1", "--influx.bucke", "b"], "unrecognized arguments: --influx.bucke"),
+        (["flush", "--job-id", "1"], "unrecognized arguments: --job-id"),
+    ],
+)
+def test_argparse_errors_are_one_line_and_status_2(argv, message, capsys) -> None:
     with pytest.raises(SystemExit) as exc:
-        main(["--job-id", "1", "--darshan.top-records", "0"])
+        main(argv)
     assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--influx.token", "S3CRET"],
+        ["--influx.token=S3CRET"],
+        ["--influx.tok", "S3CRET"],  # no abbreviation of --influx.token-file either
+        ["--influx.token-fil", "S3CRET"],
+    ],
+)
+def test_token_is_never_a_flag_value_nor_echoed(argv, capsys) -> None:
+    base = [
+        "--job-id",
+        "1",
+        "--influx.url",
+        "http://h",
+        "--influx.org",
+        "o",
+        "--influx.bucket",
+        "b",
+    ]
+    try:
+        status = main([*base, *argv])
+    except SystemExit as exc:
+        status = exc.code
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.strip().splitlines()) == 1
+    assert "S3CRET" not in err
+
+
+def test_token_from_environment_or_file_and_credentials(tmp_path: Path) -> None:
+    v2 = "--job-id 1 --influx.url http://h:8086 --influx.org o --influx.bucket b".split()
+    v1 = "--influx.v1-url http://h:8086 --influx.database d".split()
+    options = build_parser().parse_args([*v2, *v1])
+    env = {"INFLUX_TOKEN": "from-env", "INFLUX_USERNAME": "u", "INFLUX_PASSWORD": "p"}
+    settings = writer_settings(options, env)
+    assert (settings.v2_token, settings.v1_username, settings.v1_password) == ("from-env", "u", "p")
+    token_file = tmp_path / "token"
+    token_file.write_text("from-file\n")
+    options = build_parser().parse_args([*v2, "--influx.token-file", str(token_file)])
+    settings = writer_settings(options, env)
+    assert settings.v2_token == "from-file" and settings.v1_username is None
+    token_file.write_text(" \n")
+    with pytest.raises(UsageError, match="token file is empty"):
+        writer_settings(options, env)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--slurm-epilog"], "needs --config"),
+        (
+            ["--slurm-epilog", "--config", "c.yaml", "--job-id", "3", "--output", "o.lp"],
+            "not --job-id --output",
+        ),  # fmt: skip
+        (["--slurm-epilog", "--config", "c.yaml", "--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_epilog_mode_usage_errors_exit_0_unless_strict(argv, message, capsys) -> None:
+    """Slurm drains a node whose epilog fails: bad usage there is logged, status 0."""
+    try:
+        status = main(argv)
+    except SystemExit as exc:
+        status = exc.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 0 and len(err) == 1 and message in err[0], err
 
 
 def test_flags_match_the_source_contract() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hpcmon.points import Point, to_lines
+from post_job import spool as spool_module
 from post_job.cli import main
 from post_job.hook import WriterSettings, ship, ship_to_server
 from post_job.model import JobContext
@@ -194,6 +196,57 @@ def test_victoria_metrics_outage_next_run_replays_exactly_once(
     assert set(samples.values()) == {1}
 
 
+def freeze(pid: int) -> None:
+    """SIGSTOP a server and wait until every one of its threads is really stopped."""
+    os.kill(pid, signal.SIGSTOP)
+    tasks = Path(f"/proc/{pid}/task")
+    for _ in range(500):
+        states = {(t / "stat").read_text().rsplit(")", 1)[1].split()[0] for t in tasks.iterdir()}
+        if states <= {"T", "t"}:
+            return
+        time.sleep(0.01)
+    raise TimeoutError(f"process {pid} did not stop: thread states {states}")
+
+
+def test_hung_server_costs_only_the_time_budget_and_nothing_is_lost(
+    victoria_metrics: servers.VictoriaMetrics, tmp_path: Path
+) -> None:
+    """A frozen server (SIGSTOP: connections accepted, never answered) must not hold the hook
+    past its sending deadline, whatever the request timeout, and every point must be kept."""
+    job_id = f"vm-hung-{uuid.uuid4().hex[:6]}"
+    lines = to_lines(job_points("pj_hung", job_id, 6)).splitlines()
+    settings_ = WriterSettings(
+        v2_url=victoria_metrics.url,
+        v2_org="o",
+        v2_bucket="b",
+        spool_dir=str(tmp_path),
+        batch_size=2,
+        request_timeout=60,
+    )
+    freeze(victoria_metrics.proc.pid)
+    try:
+        started = time.monotonic()
+        [report] = ship(lines, settings_, Deadline(2))
+        elapsed = time.monotonic() - started
+    finally:
+        os.kill(victoria_metrics.proc.pid, signal.SIGCONT)
+    assert elapsed < 15  # the 60 s request timeout was cut to the 2 s budget
+    assert (report.written, report.spooled, report.lost) == (0, 6, 0)
+    [report] = ship([], settings_, Deadline(30))  # the next run replays the spool
+    assert report.replayed_lines == 6 and not Spool(tmp_path, "influx-v2").pending()
+    # The timed-out request may still have been applied when the server woke up: InfluxDB
+    # overwrites such a repeat; VictoriaMetrics keeps it, so compare the distinct samples.
+    want = {
+        (f"pj_hung_{name}", line.split(" ")[-1]) for line in lines for name in ("bytes", "bw", "ok")
+    }
+    got = {
+        (dict(key)["__name__"], str(stamp * 1_000_000))
+        for key, stamp in _vm_samples(victoria_metrics, job_id)
+        if not dict(key)["__name__"].endswith("_label")
+    }
+    assert got == want
+
+
 def test_two_concurrent_flushes_send_each_file_once(
     victoria_metrics: servers.VictoriaMetrics, tmp_path: Path
 ) -> None:
@@ -243,6 +296,52 @@ def test_partial_batches_left_after_time_limit_are_replayed_later(
     assert result.files_sent == len(sizes) and result.lines_sent == total
     assert _count_influx(influxdb1, db, "pj_late") == total
     assert spool.pending() == []
+
+
+def test_partly_sent_spool_file_keeps_only_what_was_not_acknowledged(
+    influxdb1: servers.InfluxDB1, tmp_path: Path
+) -> None:
+    """A spooled batch with a bad line; the server dies half-way through the bisection.
+    The file must then hold exactly the lines never acknowledged, and the next replay sends
+    only those."""
+    influxdb1.create_database("half")
+    good = [f"pj_half,jobid=h bytes={k}i {k + 1}" for k in range(4)]
+    bad = "pj_half,jobid=h bytes= 9"
+    spool = Spool(tmp_path, "influx-v1")
+    path = spool.add([good[0], bad, good[1], good[2], good[3]])
+    writer = InfluxV1Writer(influxdb1.url, "half")
+    requests: list[list[str]] = []
+    send = writer.send
+
+    def send_then_die(lines, timeout):
+        requests.append(list(lines))
+        try:
+            send(lines, timeout)
+        finally:
+            if len(requests) == 4:  # [all] [good0, bad] [good0] [bad], then the outage
+                influxdb1.stop()
+
+    writer.send = send_then_die
+    try:
+        result = replay(spool, writer, Deadline(30), 5)
+        assert requests[3] == [bad] and result.lines_rejected == 1
+        assert result.unavailable_reason and result.files_sent == 0
+        assert spool.pending() == [path] and spool.read(path) == good[1:]
+    finally:
+        influxdb1.start_again()
+    resent, sent = counting(InfluxV1Writer(influxdb1.url, "half"))
+    result = replay(spool, resent, Deadline(30), 5)
+    assert sent == [3] and result.files_sent == 1 and spool.pending() == []
+    assert _count_influx(influxdb1, "half", "pj_half") == 4
+    [rejected] = spool.rejected_dir.glob("*.jsonl")
+    assert bad in rejected.read_text()
+
+
+def test_spool_names_never_collide_between_spool_objects(tmp_path: Path, monkeypatch) -> None:
+    """Even on a coarse clock, a new batch never replaces an older one of the same process."""
+    monkeypatch.setattr(spool_module.time, "time_ns", lambda: 1_700_000_000_000_000_000)
+    paths = [Spool(tmp_path, "influx-v1").add([f"m v={k} {k}"]) for k in range(20)]
+    assert len(set(paths)) == 20 and len(Spool(tmp_path, "influx-v1").pending()) == 20
 
 
 def test_stale_temporary_file_is_ignored_and_cleaned(

@@ -3,8 +3,10 @@ VictoriaMetrics' InfluxDB v2 write endpoint through influxdb-client (read back v
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
+import threading
 import uuid
 from pathlib import Path
 
@@ -74,6 +76,27 @@ def closed_port_url() -> str:
     return f"http://127.0.0.1:{port}"
 
 
+@contextlib.contextmanager
+def non_http_service():
+    """A listening port that answers like an SSH server: a URL pointing at the wrong service.
+    (No real server here speaks a non-HTTP protocol on a port we can choose.)"""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def answer() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = listener.accept()
+                with conn:
+                    conn.recv(65536)
+                    conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
+
+    threading.Thread(target=answer, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        listener.close()
+
+
 def influx1_rows(server: servers.InfluxDB1, db: str, measurement: str) -> dict:
     """(tags) -> (time, fields) read back through InfluxQL."""
     rows = {}
@@ -139,6 +162,40 @@ def test_influxdb1_bisects_bad_lines_and_keeps_good(
     assert not list((tmp_path / "influx-v1").glob("*.spool"))
 
 
+def test_influxdb1_chunk_refused_whole_is_rejected_in_one_request(
+    influxdb1: servers.InfluxDB1, tmp_path: Path
+) -> None:
+    """Every line refused (a field whose type changed, or nothing parses): no bisection."""
+    influxdb1.create_database("whole")
+    writer = InfluxV1Writer(influxdb1.url, "whole")
+    writer.send(["pj_whole,jobid=1 bytes=1i 1"], 5)  # bytes is an integer field from now on
+    attempts: list[int] = []
+    send = writer.send
+
+    def counted(lines, timeout):
+        attempts.append(len(lines))
+        send(lines, timeout)
+
+    writer.send = counted
+    conflicting = [f'pj_whole,jobid=1 bytes="{k}" {k + 10}' for k in range(8)]
+    unparsable = [f"pj_whole,jobid=1 bytes= {k + 20}" for k in range(8)]
+    for bad in (conflicting, unparsable):
+        attempts.clear()
+        outcome = deliver(writer, bad, Deadline(30))
+        assert attempts == [8] and outcome.written == 0 and outcome.pending == []
+        assert [line for line, _ in outcome.rejected] == bad
+    # a conflict in part of the chunk: the rest was written, bisection finds the bad line
+    mixed = ["pj_whole,jobid=1 bytes=2i 2", 'pj_whole,jobid=1 bytes="x" 3']
+    attempts.clear()
+    outcome = deliver(writer, [*mixed, "pj_whole,jobid=1 bytes=4i 4"], Deadline(30))
+    assert [line for line, _ in outcome.rejected] == [mixed[1]] and outcome.written == 2
+    assert attempts == [3, 1, 2, 1, 1]  # whole, [2i], [x, 4i], [x], [4i]
+    assert (
+        influxdb1.series('SELECT count("bytes") FROM "pj_whole"', db="whole")[0]["values"][0][1]
+        == 3
+    )
+
+
 def test_influxdb1_unknown_database_is_spooled_not_rejected(
     influxdb1: servers.InfluxDB1, tmp_path: Path
 ) -> None:
@@ -193,6 +250,21 @@ def test_v2_writer_reports_unreachable_server_as_unavailable() -> None:
     with pytest.raises(UnavailableError, match="cannot reach"):
         writer.send(["m v=1 1"], 2)
     writer.close()
+
+
+@pytest.mark.parametrize("api", ["v1", "v2"])
+def test_wrong_service_is_unavailable_not_a_crash(api: str, tmp_path: Path) -> None:
+    lines = ["m,jobid=1 v=1i 1", "m,jobid=1 v=2i 2"]
+    with non_http_service() as url:
+        settings = (
+            WriterSettings(v1_url=url, v1_database="d", spool_dir=str(tmp_path))
+            if api == "v1"
+            else WriterSettings(v2_url=url, v2_org="o", v2_bucket="b", spool_dir=str(tmp_path))
+        )
+        [report] = ship(lines, settings, Deadline(10))
+    assert (report.written, report.spooled, report.lost) == (0, 2, 0)
+    kind = "influx-v1" if api == "v1" else "influx-v2"
+    assert len(list((tmp_path / kind).glob("*.spool"))) == 1
 
 
 def test_deliver_stops_at_outage_and_keeps_order() -> None:
