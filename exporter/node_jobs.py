@@ -74,6 +74,8 @@ def jobs_from_cgroup_v1(root: Path) -> list[NodeJob]:
 
 
 def _first_pid(directory: str, depth: int = 0) -> str | None:
+    """A process of the job's user: the ``slurm`` leaf of each step holds slurmstepd, which
+    runs as root, so it is skipped (user tasks are under ``user/task_N``)."""
     try:
         with open(os.path.join(directory, "cgroup.procs"), "rb") as handle:
             for line in handle.read(_MAX_FILE).split():
@@ -84,6 +86,8 @@ def _first_pid(directory: str, depth: int = 0) -> str | None:
     if depth >= _MAX_PROCS_DEPTH:
         return None
     for child in sorted(_scandir(directory), key=lambda e: e.name):
+        if child.name == "slurm":
+            continue
         pid = _first_pid(child.path, depth + 1)
         if pid is not None:
             return pid

@@ -113,6 +113,25 @@ def test_unavailable_signals(pio: ModuleType) -> None:
         backend.open()
 
 
+def test_a_refused_request_does_not_stop_the_others(pio: ModuleType) -> None:
+    """GEOPM refuses a signal at a domain finer than its native one (CPU_ENERGY is read per
+    package, not per core): that request is skipped, the rest is sampled."""
+    with pytest.raises(RuntimeError, match='no support for signal name "CPU_ENERGY"'):
+        pio.push_signal("CPU_ENERGY", "core", 0)
+    pio.reset()
+    backend = GeopmdpyBackend(
+        [Request("CPU_ENERGY", "core", None), Request("CPU_ENERGY", "package", 1)]
+    )
+    backend.open()
+    try:
+        batch = backend.read()
+    finally:
+        backend.close()
+    assert [(s.key, s.value) for s in batch.samples] == [
+        (SignalKey("CPU_ENERGY", "package", 1), 216490.1282958984)  # the recorded start
+    ]
+
+
 def test_read_failure_sets_down_then_recovers(pio: ModuleType) -> None:
     clock = Clock()
     sampler = Sampler([GeopmdpyBackend()], 1.0, clock=clock)

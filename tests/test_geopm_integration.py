@@ -26,8 +26,9 @@ shared_certificate = test_exporter_web.certificate
 
 REPO = Path(__file__).resolve().parents[1]
 POWER_WATTS = {"0": 123.4, "1": 56.7}  # injected per package zone
-START_UJ = {"0": 262_143_328_850 - 3_000_000, "1": 5_000_000}  # package 0 wraps after ~24 ms
 MAX_RANGE_UJ = 262_143_328_850
+WRAP_AFTER_S = 20  # package 0's counter wraps this long after the writer starts
+START_UJ = {"0": MAX_RANGE_UJ - int(POWER_WATTS["0"] * 1e6 * WRAP_AFTER_S), "1": 5_000_000}
 
 
 def exporter_args(sysfs: Path, port: int, *extra: str) -> list[str]:
@@ -123,27 +124,38 @@ def test_prometheus_rate_equals_injected_power(
         f"http://127.0.0.1:{port}/metrics",
     )
     try:
-        prom = prometheus_factory(
-            [
-                {
-                    "job_name": "node",
-                    "scrape_interval": "1s",
-                    "static_configs": [{"targets": [f"127.0.0.1:{port}"]}],
-                }
-            ]
-        )
-        prom.wait_for('geopm_up{source="powercap"} == 1', timeout=60)
+        scrape = {
+            "job_name": "node",
+            "scrape_interval": "1s",
+            "static_configs": [{"targets": [f"127.0.0.1:{port}"]}],
+        }
+        # Two servers scrape the same exporter: a scrape must not reset anything.
+        proms = [prometheus_factory([scrape]), prometheus_factory([scrape])]
+        prom = proms[0]
         window = 25
-        # Enough scrapes to cover the whole window before asking for the rate.
-        prom.wait_for(
-            f'count_over_time(geopm_cpu_energy_joules_total{{domain_index="0"}}'
-            f"[{window + 3}s]) >= {window + 1}",
-            timeout=window + 60,
+        for server in proms:
+            server.wait_for('geopm_up{source="powercap"} == 1', timeout=60)
+        for server in proms:  # enough scrapes to cover the whole window
+            server.wait_for(
+                f'count_over_time(geopm_cpu_energy_joules_total{{domain_index="0"}}'
+                f"[{window + 3}s]) >= {window + 1}",
+                timeout=window + 60,
+            )
+        for server in proms:
+            result = server.query(f"rate(geopm_cpu_energy_joules_total[{window}s])")
+            rates = {r["metric"]["domain_index"]: float(r["value"][1]) for r in result}
+            for zone, watts in POWER_WATTS.items():
+                assert rates[zone] == pytest.approx(watts, rel=0.01), (zone, rates)
+        # The exported counter went past the hardware range: the wrap was seen and added back.
+        low, high = (
+            float(
+                prom.query(f'{f}(geopm_cpu_energy_joules_total{{domain_index="0"}}[5m])')[0][
+                    "value"
+                ][1]
+            )
+            for f in ("min_over_time", "max_over_time")
         )
-        result = prom.query(f"rate(geopm_cpu_energy_joules_total[{window}s])")
-        rates = {r["metric"]["domain_index"]: float(r["value"][1]) for r in result}
-        for zone, watts in POWER_WATTS.items():
-            assert rates[zone] == pytest.approx(watts, rel=0.01), (zone, rates)
+        assert low < MAX_RANGE_UJ / 1e6 < high, (low, high)
         power = prom.query(f"avg_over_time(geopm_cpu_power_watts[{window}s])")
         derived = {r["metric"]["domain_index"]: float(r["value"][1]) for r in power}
         # Each derived value covers one 0.2 s interval, so the writer's 10 ms steps and this

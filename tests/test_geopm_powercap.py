@@ -85,6 +85,20 @@ def test_wraparound_adds_the_lost_range(tmp_path: Path) -> None:
     assert sampler.snapshot.counter_resets_total.get("powercap", 0) == 0
 
 
+def test_counter_reset_to_zero_mid_range_is_not_a_wrap(tmp_path: Path) -> None:
+    """From 100 kJ to 0.5 J: taking it for a wrap would add 162 kJ in one interval."""
+    zone = write_zone(tmp_path, "0", "package-0", 100_000_000_000)
+    sampler = Sampler([PowercapBackend(tmp_path)], 1.0)
+    sampler.sample_once()
+    (zone / "energy_uj").write_text("500000\n")
+    sampler.sample_once()
+    assert totals(sampler)[PACKAGE0] == pytest.approx(100_000.0, abs=1e-6)
+    (zone / "energy_uj").write_text("2500000\n")
+    sampler.sample_once()
+    assert totals(sampler)[PACKAGE0] == pytest.approx(100_002.0, abs=1e-6)
+    assert sampler.snapshot.counter_resets_total["powercap"] == 1
+
+
 def test_decrease_without_range_is_a_reset_not_counted(tmp_path: Path) -> None:
     zone = write_zone(tmp_path, "0", "package-0", 5_000_000, max_range_uj=None)
     sampler = Sampler([PowercapBackend(tmp_path)], 1.0)
@@ -219,3 +233,27 @@ def test_hostile_zone_files_never_raise(
     assert snapshot.up["powercap"]
     for reading in snapshot.readings:
         assert reading.value == reading.value  # no NaN exposed
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    wrap_uj=st.integers(1_000_000, 2**40),
+    start_fraction=st.floats(0, 1, exclude_max=True),
+    steps=st.lists(st.floats(0, 0.49), min_size=1, max_size=30),
+)
+def test_wrapping_counter_total_equals_the_energy_spent(
+    wrap_uj: int, start_fraction: float, steps: list[float]
+) -> None:
+    """A hardware counter that wraps at wrap_uj, advanced by less than half its range per
+    interval: the exported total grows by exactly the energy spent, whatever the wraps."""
+    tracker = CounterTracker()
+    spent_uj = int(start_fraction * wrap_uj)
+    first = None
+    for number, step in enumerate([0.0, *steps]):
+        spent_uj += int(step * wrap_uj)
+        raw = Sample(PACKAGE0, (spent_uj % wrap_uj) / 1e6, True, "joules", wrap_uj / 1e6)
+        total, _, _ = tracker.update("powercap", raw, float(number), 0)
+        first = total if first is None else first
+    expected = (spent_uj - int(start_fraction * wrap_uj)) / 1e6
+    assert total - first == pytest.approx(expected, rel=1e-9, abs=1e-6)
+    assert tracker.resets == {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -66,18 +67,41 @@ def test_cpu_power_trace_one_column_seven_rows() -> None:
     assert rows[0] == [62.54857725485511] and rows[-1] == [58.25752970206295]
 
 
+# geopmsession.1.rst's one-line example without header, its values read off the file.
+NO_HEADER_LINE = (TRACES / "geopmsession_trace_2024_no-header.csv").read_text()
+NO_HEADER_VALUES = [70.250978379, 2434090909.090909, 2775e6, 198575.8842163086, 88752.19470214844]
+
+
 def test_no_header_row() -> None:
-    line = (TRACES / "geopmsession_trace_2024_no-header.csv").read_text()
+    line = NO_HEADER_LINE
     values, problems = parse_row(line, 5)
     assert problems == []
-    assert values == [
-        70.250978379,
-        2434090909.090909,
-        2775000000.0,
-        198575.8842163086,
-        88752.19470214844,
-    ]
+    assert values == NO_HEADER_VALUES
     assert parse_row(line, 4)[0] == [] and "5 fields" in parse_row(line, 4)[1][0]
+
+
+NO_HEADER_KEYS = [  # the requests of that example, in order (geopmsession.1.rst)
+    SignalKey("TIME", "board", 0),
+    SignalKey("CPU_FREQUENCY_STATUS", "package", 0),
+    SignalKey("CPU_FREQUENCY_STATUS", "package", 1),
+    SignalKey("CPU_ENERGY", "package", 0),
+    SignalKey("CPU_ENERGY", "package", 1),
+]
+
+
+def test_no_header_trace_is_not_taken_for_a_header() -> None:
+    values, problems = TraceParser().feed(NO_HEADER_LINE)
+    assert values is None and "no header line" in problems[0]
+    parser = TraceParser(expected=NO_HEADER_KEYS)
+    values, problems = parser.feed(NO_HEADER_LINE)
+    assert problems == [] and parser.keys == NO_HEADER_KEYS
+    assert values == NO_HEADER_VALUES
+
+
+def test_hex_too_large_for_a_double_is_reported_not_raised() -> None:
+    values, problems = parse_row("0x" + "f" * 300 + ",1\n", 2)
+    assert math.isnan(values[0]) and values[1] == 1.0
+    assert len(problems) == 1 and "field 1" in problems[0]
 
 
 def test_geopm_1_trace_pipe_delimited_nan_first_and_hex() -> None:
@@ -119,11 +143,22 @@ def test_parser_never_raises(lines: list[str]) -> None:
 
 
 @settings(max_examples=150, deadline=None)
+@given(st.lists(st.text(alphabet='"0123456789.,-_abcxnAPU\r\n#', max_size=40), max_size=5))
+def test_parser_without_header_never_raises(lines: list[str]) -> None:
+    """Hostile first lines never raise, and a row always has the width of the columns."""
+    parser = TraceParser(expected=[SignalKey("TIME", "board", 0), SignalKey("X", "gpu", 1)])
+    for line in lines:
+        values, problems = parser.feed(line)
+        assert values is None or len(values) == len(parser.keys)
+        assert all(isinstance(p, str) for p in problems)
+
+
+@settings(max_examples=150, deadline=None)
 @given(
     st.lists(
         st.one_of(
             st.floats(allow_nan=True),
-            st.integers(0, 2**64).map(hex),
+            st.integers(0, 2**1100).map(hex),
             st.text(alphabet="0123456789.e-+xna", max_size=12),
         ),
         min_size=1,
@@ -137,6 +172,13 @@ def test_row_values_round_trip_or_are_reported(fields: list) -> None:
     for field, value in zip(fields, values, strict=True):
         if isinstance(field, float) and not math.isnan(field):
             assert value == field
+        elif isinstance(field, str) and re.fullmatch("0x[0-9a-f]+", field):
+            try:
+                expected = float(int(field, 16))
+            except OverflowError:  # beyond a double: reported, not raised
+                assert math.isnan(value)
+            else:
+                assert value == expected
     assert len(problems) == sum(math.isnan(v) for v in values) - sum(
         isinstance(f, float) and math.isnan(f) or str(f).lower() in ("nan", "+nan", "-nan")
         for f in fields
@@ -166,7 +208,14 @@ REQUESTS = [
 
 def test_command_line() -> None:
     backend = GeopmsessionBackend("/opt/geopm/bin/geopmsession", REQUESTS, 0.5)
-    assert backend.command() == ["/opt/geopm/bin/geopmsession", "-p", "0.5", "-t", str(RUN_SECONDS)]
+    assert backend.command() == [
+        "/opt/geopm/bin/geopmsession",
+        "-p",
+        "0.5",
+        "-t",
+        str(RUN_SECONDS),
+        "--print-header",  # needed by older versions, a deprecated no-op in newer ones
+    ]
     assert RUN_SECONDS >= 365 * 86400
     assert backend.requests[0] == Request("TIME", "board", 0)
 
@@ -200,7 +249,22 @@ def test_unknown_signal_reports_geopmsession_error(tmp_path: Path) -> None:
     with pytest.raises(BackendError) as caught:
         backend.open()
     assert "status 255" in str(caught.value)
-    assert 'no support for signal name "NOT_A_SIGNAL"' in str(caught.value)
+    assert 'unknown how to aggregate "NOT_A_SIGNAL"' in str(caught.value)
+
+
+def test_a_signal_the_node_lacks_is_dropped(tmp_path: Path) -> None:
+    requests = [Request("CPU_ENERGY", "package", None), Request("NOT_A_SIGNAL", "board", 0)]
+    backend = GeopmsessionBackend(str(SESSION_STANDIN), requests, 0.1, stand_in_env(tmp_path))
+    backend.open()
+    try:
+        batch = backend.read()
+    finally:
+        backend.close()
+    assert [(s.key.signal, s.key.index) for s in batch.samples] == [
+        ("CPU_ENERGY", 0),
+        ("CPU_ENERGY", 1),
+    ]
+    assert len((tmp_path / "starts").read_text().splitlines()) == 2  # refused, then restarted
 
 
 def test_missing_executable(tmp_path: Path) -> None:
@@ -231,6 +295,29 @@ def test_replayed_recorded_trace_then_exit(tmp_path: Path) -> None:
             backend.read()
     finally:
         backend.close()
+
+
+def test_replayed_trace_without_header(tmp_path: Path) -> None:
+    """An old geopmsession prints no header: explicit requests still name the columns."""
+    requests = [Request(k.signal, k.domain, k.index) for k in NO_HEADER_KEYS]
+    recorded = TRACES / "geopmsession_trace_2024_no-header.csv"
+    env = stand_in_env(tmp_path, GEOPM_STANDIN_REPLAY=str(recorded))
+    backend = GeopmsessionBackend(str(SESSION_STANDIN), requests, 0.1, env)
+    backend.open()
+    try:
+        batch = backend.read()  # the only row, read while waiting for a header
+    finally:
+        backend.close()
+    assert batch.time == 70.250978379
+    assert {(s.key.signal, s.key.index): s.value for s in batch.samples} == {
+        ("CPU_FREQUENCY_STATUS", 0): 2434090909.090909,
+        ("CPU_FREQUENCY_STATUS", 1): 2775000000.0,
+        ("CPU_ENERGY", 0): 198575.8842163086,
+        ("CPU_ENERGY", 1): 88752.19470214844,
+    }
+    star = GeopmsessionBackend(str(SESSION_STANDIN), REQUESTS, 0.1, env)
+    with pytest.raises(BackendError, match="no header line"):  # '*': columns unknown
+        star.open()
 
 
 def test_restart_with_backoff_keeps_counters_monotone(tmp_path: Path) -> None:

@@ -61,12 +61,19 @@ def cgroup_v2(tmp_path: Path) -> tuple[Path, Path]:
         "system.slice/sshd.service/job_902",
     )
     (root / scope / "job_900/step_0/user/task_0/cgroup.procs").write_text("12345\n12346\n")
+    # slurmstepd has its own leaf next to user/ and runs as root: not the job's uid.
+    (root / scope / "job_900/step_0/slurm").mkdir()
+    (root / scope / "job_900/step_0/slurm/cgroup.procs").write_text("555\n")
+    (procfs / "555").mkdir(parents=True)
+    (procfs / "555" / "status").write_text(
+        re.sub(r"(?m)^(Uid|Gid):.*$", "\\1:\t0\t0\t0\t0", STATUS.read_text())
+    )
     (
         root
         / "system.slice/node07_slurmstepd.scope/job_901/step_batch/user/task_0"
         / "cgroup.procs"
     ).write_text("999\n")  # process already gone from procfs
-    (procfs / "12345").mkdir(parents=True)
+    (procfs / "12345").mkdir()
     shutil.copy(STATUS, procfs / "12345" / "status")
     return root, procfs
 

@@ -21,6 +21,12 @@ from exporter.geopm.sampler import Sampler, Snapshot
 
 BACKENDS = ("auto", "geopmdpy", "geopmsession", "powercap")
 LABELS = ["domain", "domain_index", "source"]
+HEALTH_FAMILIES = (
+    "geopm_up",
+    "geopm_sample_duration_seconds",
+    "geopm_errors",
+    "geopm_signal_rebases",
+)
 
 
 def _interval(value: str) -> float:
@@ -69,19 +75,27 @@ def make_backends(options: argparse.Namespace) -> list[Backend]:
 def snapshot_families(snapshot: Snapshot) -> list[Metric]:
     """Metric families for one snapshot: signals first, then the collector's own health."""
     families: dict[str, Metric] = {}
+    seen: set[tuple[str, str, int, str]] = set()
     for reading in snapshot.readings:
         name = metric_name(reading.key.signal, reading.unit, reading.monotone)
-        family = families.get(name.name)
+        # A counter's family is named without _total: gauge "x" and counter "x_total" clash.
+        family_name = name.name.removesuffix("_total")
+        series = (family_name, reading.key.domain, reading.key.index, reading.source)
+        if series in seen or family_name in HEALTH_FAMILIES:  # two signals, one name: first
+            continue
+        family = families.get(family_name)
         if family is None:
             if name.kind == "counter":
                 family = CounterMetricFamily(name.name, name.help, labels=LABELS)
             else:
                 family = GaugeMetricFamily(name.name, name.help, labels=LABELS)
-            families[name.name] = family
+            families[family_name] = family
         elif family.type != name.kind:
             continue
-        labels = [reading.key.domain, str(reading.key.index), reading.source]
-        family.add_metric(labels, reading.value)
+        seen.add(series)
+        family.add_metric(
+            [reading.key.domain, str(reading.key.index), reading.source], reading.value
+        )
     up = GaugeMetricFamily(
         "geopm_up",
         "Whether the power backend gave samples at the last interval (1) or not (0).",
@@ -142,7 +156,7 @@ class GeopmCollector(Collector):
             type=_signals,
             default=None,
             help="GEOPM requests 'SIGNAL DOMAIN INDEX' (INDEX may be *), comma-separated "
-            "or a file with one per line; default: CPU/DRAM/GPU energy and power",
+            "or a file with one per line; default: CPU/DRAM/GPU/board energy and power",
         )
         add_flag(
             parser,

@@ -81,31 +81,41 @@ class GeopmdpyBackend:
                 if self.explicit:
                     log.warning("geopmdpy: signal %s not available on this node", request.signal)
                 continue
-            domain_type = topo.domain_type(request.domain)
-            count = topo.num_domain(domain_type)
-            indices = range(count) if request.index is None else [request.index]
-            _aggregation, _format, behavior = pio.signal_info(request.signal)
-            if behavior == BEHAVIOR_LABEL:
-                continue  # region hashes and the like are not measurements
-            unit = unit_from_description(pio.signal_description(request.signal))
-            if unit is None:
-                unit = unit_from_name(request.signal)
-            for index in indices:
-                key = SignalKey(request.signal, topo.domain_name(domain_type), index)
-                if key in seen:
-                    continue
-                if index >= count:
-                    log.warning(
-                        "geopmdpy: %s has %d %s domains, index %d skipped",
-                        request.signal,
-                        count,
-                        request.domain,
-                        index,
-                    )
-                    continue
-                handle = pio.push_signal(request.signal, domain_type, index)
-                pushed.append(Pushed(handle, key, behavior == BEHAVIOR_MONOTONE, unit))
-                seen.add(key)
+            try:
+                pushed.extend(self._push_request(pio, topo, request, seen))
+            except RuntimeError as exc:  # e.g. a domain finer than the signal's native one
+                log.warning("geopmdpy: %s skipped: %s", request.line(), exc)
+        return pushed
+
+    def _push_request(
+        self, pio: Any, topo: Any, request: Request, seen: set[SignalKey]
+    ) -> list[Pushed]:
+        """Push one request (every index for ``*``); RuntimeError if GEOPM refuses it."""
+        domain_type = topo.domain_type(request.domain)
+        count = topo.num_domain(domain_type)
+        _aggregation, _format, behavior = pio.signal_info(request.signal)
+        if behavior == BEHAVIOR_LABEL:
+            return []  # region hashes and the like are not measurements
+        unit = unit_from_description(pio.signal_description(request.signal))
+        if unit is None:
+            unit = unit_from_name(request.signal)
+        pushed: list[Pushed] = []
+        for index in range(count) if request.index is None else [request.index]:
+            key = SignalKey(request.signal, topo.domain_name(domain_type), index)
+            if key in seen:
+                continue
+            if index >= count:
+                log.warning(
+                    "geopmdpy: %s has %d %s domains, index %d skipped",
+                    request.signal,
+                    count,
+                    request.domain,
+                    index,
+                )
+                continue
+            handle = pio.push_signal(request.signal, domain_type, index)
+            pushed.append(Pushed(handle, key, behavior == BEHAVIOR_MONOTONE, unit))
+            seen.add(key)
         return pushed
 
     def read(self) -> SampleBatch:

@@ -1,12 +1,13 @@
 """GEOPM's ``geopmsession`` CLI as a child process -> samples.
 
 The child gets the requests on stdin (``SIGNAL DOMAIN INDEX`` lines, ended by a blank line),
-``-p PERIOD`` and a long ``-t`` so it runs until stopped, and prints a CSV trace: one header
-of double-quoted ``"NAME-domain-idx"`` names (``"NAME"`` alone for the board domain), then
-one row per period. geopmsession is a Python program: ``PYTHONUNBUFFERED=1`` makes it write
-each row when sampled instead of when a pipe buffer fills. A ``TIME board 0`` request is
-added to time the rows. If the child dies, read() fails and the sampler restarts it with
-backoff; counters are re-based across the restart.
+``-p PERIOD``, a long ``-t`` so it runs until stopped, and ``--print-header``; it prints a
+CSV trace: one header of double-quoted ``"NAME-domain-idx"`` names (``"NAME"`` alone for the
+board domain), then one row per period. A trace without header is read with the columns
+the requests give, when none uses ``*``. geopmsession is a Python program:
+``PYTHONUNBUFFERED=1`` makes it write each row when sampled, not when a pipe buffer fills.
+A ``TIME board 0`` request is added to time the rows. If the child dies, read() fails and
+the sampler restarts it with backoff; counters are re-based across the restart.
 """
 
 from __future__ import annotations
@@ -62,11 +63,28 @@ def parse_header(line: str, delimiter: str = ",") -> list[SignalKey]:
 
 
 def parse_value(text: str) -> float:
-    """One formatted signal: GEOPM prints doubles (%.16g), integers, hex (0x...) or nan."""
+    """One formatted signal: GEOPM prints doubles (%.16g), integers, hex (0x...) or nan.
+
+    Raises ValueError for anything else, including a hex number too big for a double.
+    """
     token = text.strip().strip('"')
-    if token[:2].lower() == "0x":
-        return float(int(token, 16))
-    return float(token)
+    try:
+        if token[:2].lower() == "0x":
+            return float(int(token, 16))
+        return float(token)
+    except OverflowError:
+        raise ValueError(f"too large: {token[:40]!r}") from None
+
+
+def is_data_line(line: str, delimiter: str = ",") -> bool:
+    """True when every field is a number: a row, not a header (``-n``, or an older
+    geopmsession, whose header was off by default, run without ``--print-header``)."""
+    try:
+        for field_text in line.strip("\r\n").split(delimiter):
+            parse_value(field_text)
+    except ValueError:
+        return False
+    return True
 
 
 def parse_row(line: str, columns: int, delimiter: str = ",") -> tuple[list[float], list[str]]:
@@ -79,7 +97,7 @@ def parse_row(line: str, columns: int, delimiter: str = ",") -> tuple[list[float
     for number, field_text in enumerate(fields, 1):
         try:
             values.append(parse_value(field_text))
-        except ValueError:
+        except ValueError:  # includes a hex number too large for a double
             values.append(math.nan)
             problems.append(f"field {number} is not a number: {field_text[:40]!r}")
     return values, problems
@@ -87,16 +105,26 @@ def parse_row(line: str, columns: int, delimiter: str = ",") -> tuple[list[float
 
 @dataclass
 class TraceParser:
-    """Header then rows, line by line, as geopmsession writes them."""
+    """Header then rows, line by line, as geopmsession writes them.
+
+    ``expected``: the columns the requests give when none uses ``*``; a trace without a
+    header (its first line is all numbers) is then read with these columns.
+    """
 
     delimiter: str = ","
     keys: list[SignalKey] = field(default_factory=list)
+    expected: list[SignalKey] | None = None
 
     def feed(self, line: str) -> tuple[list[float] | None, list[str]]:
         """(values or None, problems); the first non-blank, non-comment line is the header."""
         if not line.strip() or line.startswith("#"):
             return None, []
         if not self.keys:
+            if is_data_line(line, self.delimiter):
+                if not self.expected:
+                    return None, [f"no header line, first line is data: {line[:120]!r}"]
+                self.keys = list(self.expected)
+                return self.feed(line)
             try:
                 self.keys = parse_header(line, self.delimiter)
             except (TraceFormatError, csv.Error) as exc:
@@ -136,14 +164,40 @@ class GeopmsessionBackend:
         self._proc: subprocess.Popen[bytes] | None = None
         self._lines: queue.Queue[object] = queue.Queue()
         self._stderr: collections.deque[str] = collections.deque(maxlen=20)
-        self._parser = TraceParser()
+        self._parser = self._new_parser()
+        self._pending: tuple[list[float], float] | None = None
         self._threads: list[threading.Thread] = []
+
+    def _new_parser(self) -> TraceParser:
+        expected = None
+        if all(r.index is not None for r in self.requests):
+            expected = [SignalKey(r.signal, r.domain, r.index or 0) for r in self.requests]
+        return TraceParser(expected=expected)
 
     # ------------------------------------------------------------ child process
     def command(self) -> list[str]:
-        return [self.path, "-p", f"{self.period:g}", "-t", str(RUN_SECONDS)]
+        """``--print-header``: needed by older geopmsession versions (header off by default);
+        newer ones print it by default and accept the flag as a deprecated no-op. Either way
+        the header names the columns."""
+        return [self.path, "-p", f"{self.period:g}", "-t", str(RUN_SECONDS), "--print-header"]
 
     def open(self) -> None:
+        """Start the child. geopmsession refuses the whole request list for one signal this
+        node lacks (e.g. DRAM_ENERGY on some AMD parts): a signal its error message names is
+        dropped with a warning and the child started again."""
+        while True:
+            try:
+                self._start()
+                return
+            except BackendError as exc:
+                refused = {r.signal for r in self.requests if f'"{r.signal}"' in str(exc)}
+                kept = [r for r in self.requests if r.signal not in refused - {"TIME"}]
+                if len(kept) == len(self.requests) or all(r.signal == "TIME" for r in kept):
+                    raise
+                log.warning("%s: %s: dropped from the requests", self.path, exc)
+                self.requests = kept
+
+    def _start(self) -> None:
         self.close()
         env = dict(os.environ if self.env is None else self.env)
         env["PYTHONUNBUFFERED"] = "1"
@@ -161,7 +215,8 @@ class GeopmsessionBackend:
         self._proc = proc
         self._lines = queue.Queue()
         self._stderr.clear()
-        self._parser = TraceParser()
+        self._parser = self._new_parser()
+        self._pending = None
         self._threads = [
             threading.Thread(
                 target=self._pump_stdout,
@@ -183,11 +238,13 @@ class GeopmsessionBackend:
             pass  # the child already exited; the header wait below reports why
         deadline = time.monotonic() + self.timeout
         while not self._parser.keys:
-            line = self._next_line(deadline)
-            _, problems = self._parser.feed(line)
+            line, arrival = self._next_line(deadline)
+            values, problems = self._parser.feed(line)
             if problems:
                 self.close()
                 raise BackendError(f"{self.path}: {problems[0]}")
+            if values is not None:  # no header: the first line was already a row
+                self._pending = (values, arrival)
 
     def _pump_stdout(self, proc: subprocess.Popen[bytes], lines: queue.Queue[object]) -> None:
         assert proc.stdout is not None
@@ -218,7 +275,7 @@ class GeopmsessionBackend:
         detail = " | ".join(self._stderr) or "no message"
         return f"{self.path} exited with status {code}: {detail}"
 
-    def _next_line(self, deadline: float) -> str:
+    def _next_line(self, deadline: float) -> tuple[str, float]:
         remaining = deadline - time.monotonic()
         try:
             item = self._lines.get(timeout=max(0.0, remaining))
@@ -226,8 +283,7 @@ class GeopmsessionBackend:
             raise BackendError(f"{self.path}: no output for {self.timeout:g} s") from None
         if item is _EOF:
             raise BackendError(self._exit_message())
-        line, _arrival = item  # type: ignore[misc]
-        return line
+        return item  # type: ignore[return-value]
 
     # ------------------------------------------------------------ backend API
     def read(self) -> SampleBatch:
@@ -236,24 +292,12 @@ class GeopmsessionBackend:
             raise BackendError(f"{self.path} is not running")
         deadline = time.monotonic() + self.timeout
         errors: list[str] = []
-        latest: tuple[list[float], float] | None = None
-        work_started = 0.0
+        latest, self._pending = self._pending, None
+        work_started = time.perf_counter()
         while latest is None or not self._lines.empty():
-            try:
-                item = (
-                    self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
-                    if latest is None
-                    else self._lines.get_nowait()
-                )
-            except queue.Empty:
-                if latest is None:
-                    raise BackendError(f"{self.path}: no output for {self.timeout:g} s") from None
-                break
-            if item is _EOF:
-                raise BackendError(self._exit_message())
-            if latest is None:
+            line, arrival = self._next_line(deadline)
+            if latest is None:  # the wait for the child's next row is not work
                 work_started = time.perf_counter()
-            line, arrival = item  # type: ignore[misc]
             values, problems = self._parser.feed(line)
             errors.extend(f"{self.path}: {p}" for p in problems)
             if values is not None:

@@ -3,7 +3,11 @@
 Rule: ``geopm_`` + lower-case signal name (IOGroup prefixes such as ``NVML::`` kept, with
 ``::`` turned into ``_``) + unit suffix (``_watts``, ``_joules``, ``_hertz``, ``_celsius``,
 ``_seconds``) + ``_total`` only for monotone signals. ``CPU_ENERGY`` becomes
-``geopm_cpu_energy_joules_total``, ``CPU_POWER`` ``geopm_cpu_power_watts``.
+``geopm_cpu_energy_joules_total``, ``CPU_POWER`` ``geopm_cpu_power_watts``. Words that
+Prometheus' linter (``promtool check metrics``) rejects are rewritten: a metric type in the
+name (``CPU_TIMESTAMP_COUNTER`` -> ``geopm_cpu_timestamp_count_total``), an abbreviated
+unit, a ``_total`` that the signal's own name ends with, or a gauge ending in a histogram
+suffix (``_count``, ``_sum``, ``_bucket``: ``_value`` is added).
 """
 
 from __future__ import annotations
@@ -11,8 +15,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-
-UNITS = ("watts", "joules", "hertz", "celsius", "seconds")
 
 # GEOPM's own unit words (IOGroup::M_UNITS) in signal descriptions -> our suffix.
 _DESCRIPTION_UNITS = {
@@ -55,37 +57,78 @@ def unit_from_description(description: str) -> str | None:
     return _DESCRIPTION_UNITS.get(match.group(1).lower())
 
 
+def _base_name(signal: str) -> str:
+    """The signal name without its IOGroup prefix (``CPUFREQ::`` says nothing of the unit)."""
+    return signal.upper().rsplit("::", 1)[-1]
+
+
 def unit_from_name(signal: str) -> str:
-    """Best guess of a signal's unit from its name, for sources without descriptions."""
-    upper = signal.upper()
-    base = upper.rsplit("::", 1)[-1]
+    """Best guess of a signal's unit from its name, for sources without descriptions.
+
+    Raw register values (``MSR::PKG_ENERGY_STATUS#``) have no unit.
+    """
+    base = _base_name(signal)
+    if base.endswith("#"):
+        return ""
     if base in ("TIME", "ELAPSED") or base.startswith("TIME"):
         return "seconds"
     for word, unit in _NAME_UNITS:
-        if word in upper:
+        if word in base:
             return unit
     return ""
 
 
 def monotone_from_name(signal: str) -> bool:
     """Best guess of whether a signal only grows, for sources without signal_info()."""
-    upper = signal.upper()
-    base = upper.rsplit("::", 1)[-1]
+    base = _base_name(signal)
+    if base.endswith("#"):
+        return False
     if base in ("TIME", "ELAPSED"):
         return True
-    return any(word in upper for word in _NAME_MONOTONE) and "POWER" not in base
+    return any(word in base for word in _NAME_MONOTONE) and "POWER" not in base
+
+
+# promtool's lint rejects metric types and abbreviated units as words of a name.
+_TYPE_WORDS = {"counter": "count", "gauge": "level", "histogram": "hist", "summary": "summ"}
+_ABBREVIATIONS = frozenset(("s", "ms", "us", "ns", "sec", "b", "kb", "mb", "gb", "tb", "pb"))
+_ABBREVIATIONS |= {"m", "h", "d"}
+_PREFIXES = ("pico", "nano", "micro", "milli", "centi", "deci", "deca", "hecto", "kilo", "mega")
+_PREFIXES += ("giga", "tera", "peta", "kibi", "mebi", "gibi", "tebi", "pebi")
+_BASE_UNITS = ("seconds", "joules", "watts", "hertz", "bytes", "meters", "grams", "volts")
+# Words promtool reads as a non-base unit (milliseconds, kilojoules, minutes, ...).
+_NON_BASE_UNITS = frozenset(p + u for p in _PREFIXES for u in _BASE_UNITS) | {
+    "minutes",
+    "hours",
+    "days",
+    "weeks",
+}
+
+
+def _name_words(signal: str) -> list[str]:
+    """Lower-case words of a signal name, lint-safe: an abbreviation or a non-base unit is
+    glued to the word before it (``QUEUE_MS`` -> ``queuems``), a type word renamed."""
+    words: list[str] = []
+    for word in _NOT_NAME_CHAR.sub("_", signal.lower()).split("_"):
+        if not word:
+            continue
+        if (word in _ABBREVIATIONS or word in _NON_BASE_UNITS) and words:
+            words[-1] += word
+        else:
+            words.append(_TYPE_WORDS.get(word, word))
+    if words and (words[0] in _ABBREVIATIONS or words[0] in _NON_BASE_UNITS):  # glue forward
+        words[:2] = ["".join(words[:2])] if len(words) > 1 else ["signal"]
+    if words and words[-1] == "total":
+        words.pop()  # re-added by metric_name for counters only
+    return words
 
 
 @lru_cache(maxsize=4096)
 def metric_name(signal: str, unit: str, monotone: bool) -> MetricName:
-    base = _NOT_NAME_CHAR.sub("_", signal.lower()).strip("_") or "signal"
-    base = re.sub(r"_+", "_", base)
-    if base[0].isdigit():
-        base = "_" + base
-    if monotone and base.endswith("_total"):
-        base = base[: -len("_total")]
+    base = "_".join(_name_words(signal)) or "signal"
     if unit and not base.endswith("_" + unit):
         base = f"{base}_{unit}"
+    elif not monotone and base.rsplit("_", 1)[-1] in ("count", "sum", "bucket"):
+        base += "_value"  # those suffixes are reserved for histograms and summaries
     name = f"geopm_{base}"
     if monotone:
         return MetricName(

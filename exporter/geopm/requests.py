@@ -31,7 +31,9 @@ DEFAULT_REQUESTS: tuple[Request, ...] = (
     Request("DRAM_POWER", "package", None),
     Request("GPU_ENERGY", "gpu", None),
     Request("GPU_POWER", "gpu", None),
-)
+    Request("BOARD_ENERGY", "board", 0),
+    Request("BOARD_POWER", "board", 0),
+)  # a signal the node lacks is skipped (geopmdpy) or dropped at start (geopmsession)
 
 
 class RequestError(ValueError):

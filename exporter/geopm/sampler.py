@@ -59,8 +59,8 @@ class _Counter:
 class CounterTracker:
     """Turns raw monotone readings into counters that never go down.
 
-    A decrease within the declared wrap range is a hardware wraparound: the lost part of the
-    range is added back. Any other decrease, a source restart (new epoch) or a signal that
+    A small decrease within the declared wrap range is a hardware wraparound: the lost part
+    of the range is added back. Any other decrease, a source restart (new epoch) or a signal that
     went away and came back re-bases the counter: the interval is not counted, the total
     keeps its value. The first reading of a signal starts the total at the raw value.
     """
@@ -85,7 +85,10 @@ class CounterTracker:
         elapsed = now - counter.time
         if delta < 0:
             wrap = sample.wrap_range
-            if wrap and counter.raw <= wrap and sample.value <= wrap:
+            # A wrap moves the counter by less than half its range in one interval (RAPL's
+            # range lasts minutes at full power); a larger jump is a reset, e.g. a reloaded
+            # driver, and adding the range would invent up to a whole range of energy.
+            if wrap and counter.raw <= wrap and sample.value <= wrap and delta + wrap < wrap / 2:
                 delta += wrap
             else:
                 self.resets[source] = self.resets.get(source, 0) + 1
@@ -253,7 +256,7 @@ class Sampler:
             seq=self._seq,
             readings=tuple(readings),
             up={
-                c.backend.source: c.backend.source == up_source and bool(readings)
+                c.backend.source: c.backend.source == up_source  # read this interval
                 for c in self._candidates
             },
             sample_seconds=dict(self._sample_seconds),

@@ -104,22 +104,22 @@ def signal_description(signal_name):
 
 
 def push_signal(signal_name, domain_type, domain_idx):
+    """Checks in PlatformIOImp::push_signal's order, with its messages."""
     domain_type = topo.domain_type(domain_type)
+    prefix = "geopm_pio_push_signal() failed: <geopm> Invalid argument: "
     if _batch_started:
         raise RuntimeError(
-            "geopm_pio_push_signal() failed: <geopm> Invalid argument: "
-            "PlatformIOImp::push_signal(): pushing signals after read_batch() "
-            "or adjust()."
-        )
-    if signal_name not in SIGNALS:
-        raise RuntimeError(
-            "geopm_pio_push_signal() failed: <geopm> Invalid argument: "
-            "PlatformIOImp::push_signal(): no support for signal name "
-            f'"{signal_name}"'
+            prefix + "PlatformIOImp::push_signal(): pushing signals after read_batch() or adjust()."
         )
     if not 0 <= domain_idx < topo.num_domain(domain_type):
+        raise RuntimeError(prefix + "PlatformIOImp::push_signal(): domain_idx is out of range")
+    # Unknown, or asked at a domain finer than its native one (not nested in it).
+    if signal_name not in SIGNALS or not topo._contains(
+        domain_type, signal_domain_type(signal_name)
+    ):
         raise RuntimeError(
-            "geopm_pio_push_signal() failed: <geopm> Invalid argument: domain_idx out of range"
+            prefix + f'PlatformIOImp::push_signal(): no support for signal name "{signal_name}" '
+            f'and domain type "{domain_type}"'
         )
     request = (signal_name, domain_type, domain_idx)
     if request in _pushed:
@@ -170,11 +170,12 @@ def sample(signal_idx):
     if _values is None:
         raise RuntimeError(
             "geopm_pio_sample() failed: <geopm> Runtime error: "
-            "PlatformIOImp::sample(): cannot call sample() before read_batch()"
+            "PlatformIOImp::sample(): read_batch() not called prior to call to sample()"
         )
     if not 0 <= signal_idx < len(_values):
         raise RuntimeError(
-            "geopm_pio_sample() failed: <geopm> Invalid argument: signal_idx out of range"
+            "geopm_pio_sample() failed: <geopm> Invalid argument: "
+            "PlatformIOImp::sample(): signal_idx out of range"
         )
     return _values[signal_idx]
 

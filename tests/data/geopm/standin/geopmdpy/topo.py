@@ -61,3 +61,24 @@ def domain_name(domain):
 
 def num_domain(domain):
     return _COUNTS[domain_name(domain)]
+
+
+# Which domains hold which (board holds all): a signal can be read at its native domain or a
+# coarser one, never a finer one (geopmdpy.pio.signal_domain_type() docstring).
+_HOLDS = {
+    DOMAIN_PACKAGE: {
+        DOMAIN_CORE,
+        DOMAIN_CPU,
+        DOMAIN_PACKAGE_INTEGRATED_MEMORY,
+        DOMAIN_PACKAGE_INTEGRATED_NIC,
+        DOMAIN_PACKAGE_INTEGRATED_GPU,
+    },
+    DOMAIN_CORE: {DOMAIN_CPU},
+    DOMAIN_GPU: {DOMAIN_GPU_CHIP},
+}
+
+
+def _contains(outer, inner):
+    """Stand-in helper (not in the real module): is domain ``inner`` inside ``outer``?"""
+    outer, inner = domain_type(outer), domain_type(inner)
+    return outer in (inner, DOMAIN_BOARD) or inner in _HOLDS.get(outer, ())
