@@ -23,8 +23,13 @@ IOR_PNETCDF = "shane_ior-PNETCDF_id438100-438100_11-9-41525-10280033558448664385
 HDF5_DXT = "hdf5_diagonal_write_1_byte_dxt"
 DRISHTI = "jlbez_8a_benchmark_write_parallel_id1322696_8-21-14519-8141979180909667175_12"
 
+DIAGONAL = "runtime_and_dxt_heatmaps_diagonal_write_only"  # rank r writes 1 byte in bin r
+DLIO = "snyder_python3_id3116902-2110365_12-19-66957-188958432683465822_1"
+
 # logs that have a plain darshan-parser text twin in TEXTS
 PAIRS = [MPI_IO_TEST, INACTIVE, SKEW, EMPTY, IOR_POSIX, IOR_DFS, IOR_HDF5]
+# logs whose (large) darshan-parser text is stored gzipped: see unzipped_text
+GZIPPED_PAIRS = [DIAGONAL, DLIO]
 
 
 def log_path(stem: str) -> Path:
@@ -33,6 +38,15 @@ def log_path(stem: str) -> Path:
 
 def text_path(stem: str) -> Path:
     return TEXTS / f"{stem}.txt"
+
+
+def unzipped_text(stem: str, directory: Path) -> Path:
+    """The darshan-parser text of a GZIPPED_PAIRS log, written out plain into directory."""
+    import gzip
+
+    path = directory / f"{stem}.txt"
+    path.write_bytes(gzip.decompress((TEXTS / f"{stem}.txt.gz").read_bytes()))
+    return path
 
 
 def raw_records(path: Path) -> dict[tuple[str, int, int], dict[str, float]]:

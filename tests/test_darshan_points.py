@@ -159,3 +159,28 @@ def test_points_round_trip_through_influxdb1(influxdb1):
         "SELECT count(write_bytes) FROM darshan_heatmap_bin WHERE module='POSIX'", db="darshan_rt"
     )
     assert bins[0]["values"][0][1] == 114
+
+
+def test_signals_file_heatmap_lines_are_per_rank_and_modules_have_perf_and_agg(tmp_path):
+    # HEATMAP records exist per rank only (Darshan never writes rank -1 for them), spec v2.2
+    # drops module lines for HEATMAP, and its example prints event totals as floats.
+    out = tmp_path / "signals.txt"
+    collect_darshan([log_path(INACTIVE)], [], JOB, signals_out=out)
+    text = out.read_text()
+    assert "### Original Metrics" not in text and "(Preserved)" not in text
+    body = [ln.split("\t") for ln in text.splitlines() if ln and not ln.startswith("#")]
+    heat = [f for f in body if f[0] == "HEATMAP"]
+    raw_keys = {(r, i) for m, r, i in raw_records(text_path(INACTIVE)) if m == "HEATMAP"}
+    assert {(int(f[1]), int(f[2])) for f in heat} == raw_keys
+    assert len(heat) == 10 * len(raw_keys)
+    assert {f[3] for f in heat} == {f"SIGNAL_{n.upper()}" for n in HEATMAP_SIGNALS}
+    for f in heat:
+        if f[3] in ("SIGNAL_TOTAL_READ_EVENTS", "SIGNAL_PEAK_ACTIVITY_VALUE"):
+            assert "." in f[4], f
+        if f[3] in ("SIGNAL_ACTIVE_BINS",):
+            assert f[4].isdigit(), f
+    module_lines = [f for f in body if f[2] in ("MODULE_AGG", "MODULE_PERF")]
+    assert module_lines and all(f[0] != "HEATMAP" and f[1] == "-1" for f in module_lines)
+    stdio = {f[3]: f[2] for f in module_lines if f[0] == "STDIO"}
+    assert stdio["SIGNAL_READ_BW"] == stdio["SIGNAL_WRITE_IOPS"] == "MODULE_PERF"
+    assert stdio["SIGNAL_AVG_READ_SIZE"] == stdio["SIGNAL_TOTAL_BYTES_READ"] == "MODULE_AGG"

@@ -13,7 +13,9 @@ from post_job.darshan import read_log, read_text
 from post_job.darshan.signals import NA, NA_REASONS, compute_signals
 from post_job.darshan.signals_text import signal_lines
 from tests.darshan_helpers import (
+    DIAGONAL,
     E3SM,
+    GZIPPED_PAIRS,
     IMBALANCED,
     INACTIVE,
     IOR_DFS,
@@ -27,6 +29,7 @@ from tests.darshan_helpers import (
     perf_by_module,
     raw_records,
     text_path,
+    unzipped_text,
 )
 
 MIB = 1048576.0
@@ -368,3 +371,110 @@ def test_na_values_only_use_the_spec_reason_codes(binary_signals):
         del signals
     assert seen and seen <= set(NA_REASONS)
     assert {"no_reads", "no_writes", "not_shared_file", "no_read_time"} <= seen
+
+
+def test_counters_of_minus_one_give_not_monitored(tmp_path):
+    # darshan writes -1 for a counter it did not monitor; set POSIX_READS and
+    # POSIX_F_WRITE_TIME of the shared IOR file to -1 and check every signal built on them.
+    source = text_path(IOR_POSIX)
+    raw = raw_records(source)
+    ((_, rank, record_id),) = [k for k in raw if k[0] == "POSIX"]
+    lines = []
+    for line in source.read_text().splitlines():
+        fields = line.split("\t")
+        if (
+            len(fields) > 4
+            and fields[0] == "POSIX"
+            and fields[3]
+            in (
+                "POSIX_READS",
+                "POSIX_F_WRITE_TIME",
+            )
+        ):
+            fields[4] = "-1" if fields[3] == "POSIX_READS" else "-1.000000"
+            line = "\t".join(fields)
+        lines.append(line)
+    path = tmp_path / "minus_one.txt"
+    path.write_text("\n".join(lines) + "\n")
+    signals = compute_signals(read_text(path))
+    row = record_signals(signals, "POSIX")[(rank, record_id)]
+    for name in (
+        "read_iops",
+        "avg_read_size",
+        "seq_read_ratio",
+        "consec_read_ratio",
+        "seq_ratio",
+        "consec_ratio",
+        "meta_intensity",
+        "unaligned_read_ratio",
+        "small_read_ratio",
+        "write_bw",
+        "write_iops",
+        "meta_fraction",
+    ):
+        assert row[name] == NA("not_monitored"), name
+    # signals that use neither counter keep their values
+    counters = raw[("POSIX", rank, record_id)]
+    assert row["avg_write_size"] == counters["POSIX_BYTES_WRITTEN"] / counters["POSIX_WRITES"]
+    assert row["read_bw"] == pytest.approx(
+        counters["POSIX_BYTES_READ"] / MIB / counters["POSIX_F_READ_TIME"], rel=1e-12
+    )
+    # module level: a sum over records with a -1 is not monitored either; the module time
+    # (agg_time_by_slowest) uses F_WRITE_TIME, so every time-based module signal is NA too
+    posix = {m.module: m.values for m in signals.modules}["POSIX"]
+    for name in ("total_reads", "avg_read_size", "agg_time_by_slowest", "read_bw", "write_iops"):
+        assert posix[name] == NA("not_monitored"), name
+    assert posix["total_bytes_read"] == counters["POSIX_BYTES_READ"]
+    assert posix["avg_write_size"] == counters["POSIX_BYTES_WRITTEN"] / counters["POSIX_WRITES"]
+    # job totals add what was monitored: POSIX reads count as 0, STDIO's are kept
+    stdio_reads = sum(c["STDIO_READS"] for k, c in raw.items() if k[0] == "STDIO")
+    assert signals.job["total_reads"] == stdio_reads
+    assert signals.job["total_bytes_read"] == sum(
+        c[f"{k[0]}_BYTES_READ"] for k, c in raw.items() if k[0] in ("POSIX", "STDIO")
+    )
+
+
+@pytest.mark.parametrize("stem", GZIPPED_PAIRS)
+def test_text_and_binary_inputs_agree_on_the_big_text_pairs(binary_signals, tmp_path, stem):
+    log, signals = binary_signals(stem)
+    text_log = read_text(unzipped_text(stem, tmp_path))
+    assert signal_body(text_log, compute_signals(text_log)) == signal_body(log, signals)
+
+
+def test_diagonal_heatmap_signals_worked_out_by_hand(binary_signals, tmp_path):
+    # runtime_and_dxt_heatmaps_diagonal_write_only (its README): 32 ranks, rank r writes one
+    # byte in bin r of 34 bins of 0.1 s. Checked against the text: each rank has one non-zero
+    # bin, HEATMAP_WRITE_BIN_<rank> = 1, and bins 0..33.
+    raw = raw_records(unzipped_text(DIAGONAL, tmp_path))
+    for (module, rank, _), counters in raw.items():
+        if module == "HEATMAP":
+            nonzero = {k: v for k, v in counters.items() if v and "SECONDS" not in k}
+            assert nonzero == {f"HEATMAP_WRITE_BIN_{rank}": 1}
+            assert "HEATMAP_WRITE_BIN_33" in counters and "HEATMAP_WRITE_BIN_34" not in counters
+    _, signals = binary_signals(DIAGONAL)
+    per_rank = [h for h in signals.heatmaps if h.submodule == "POSIX"]
+    assert sorted(h.rank for h in per_rank) == list(range(32))
+    for h in per_rank:
+        assert h.values["total_write_events"] == 1.0 and h.values["total_read_events"] == 0.0
+        assert h.values["active_bins"] == 1 and h.values["peak_activity_bin"] == h.rank
+        assert h.values["peak_activity_value"] == 1.0 and h.values["top1_share"] == 1.0
+        assert h.values["active_time"] == pytest.approx(0.1)
+        assert h.values["activity_span"] == pytest.approx(0.1)
+        assert h.values["write_activity_entropy_norm"] == 0.0
+        assert h.values["read_activity_entropy_norm"] == 0.0
+    (job,) = [h for h in signals.heatmap_totals if h.submodule == "POSIX"]
+    assert job.rank == -1 and len(job.write_bins) == 34
+    expected = {
+        "total_read_events": 0.0,
+        "total_write_events": 32.0,
+        "active_bins": 32,
+        "active_time": 3.2,
+        "activity_span": 3.2,  # bins 0..31
+        "peak_activity_bin": 0,  # 32 bins tie at 1 byte: the first
+        "peak_activity_value": 1.0,
+        "read_activity_entropy_norm": 0.0,  # no reads
+        "write_activity_entropy_norm": math.log(32) / math.log(34),  # uniform on 32 of 34
+        "top1_share": 1 / 32,
+    }
+    for name, want in expected.items():
+        assert job.values[name] == pytest.approx(want, rel=1e-12), name

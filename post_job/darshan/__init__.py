@@ -6,12 +6,17 @@ string naming the file and the problem, and the job's other logs are still proce
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from itertools import chain
 from pathlib import Path
 
 from post_job.darshan.model import DarshanLog
 from post_job.darshan.points import log_points
-from post_job.darshan.reader_pydarshan import DarshanReadError, read_darshan_log_isolated
+from post_job.darshan.reader_pydarshan import (
+    DarshanReadError,
+    read_darshan_log_isolated,
+    read_darshan_logs_isolated,
+)
 from post_job.darshan.reader_text import read_parser_text
 from post_job.darshan.signals import compute_signals
 from post_job.darshan.signals_text import write_signals
@@ -29,6 +34,14 @@ def read_text(path: Path) -> DarshanLog:
     return read_parser_text(path)
 
 
+def _read_texts(paths: Sequence[Path]) -> Iterator[tuple[Path, DarshanLog | Exception]]:
+    for path in paths:
+        try:
+            yield path, read_parser_text(path)
+        except Exception as exc:  # DarshanReadError, or a bug the loop below reports
+            yield path, exc
+
+
 def collect_darshan(
     logs: Sequence[Path],
     texts: Sequence[Path],
@@ -39,10 +52,13 @@ def collect_darshan(
 ) -> SourceOutput:
     output = SourceOutput()
     computed = []
-    inputs = [(Path(p), read_log) for p in logs] + [(Path(p), read_text) for p in texts]
-    for path, reader in inputs:
+    # binary logs are read by one child process for the whole job (see reader_pydarshan)
+    binary = read_darshan_logs_isolated([Path(p) for p in logs])
+    for path, outcome in chain(binary, _read_texts([Path(p) for p in texts])):
         try:
-            log = reader(path)
+            if isinstance(outcome, Exception):
+                raise outcome
+            log = outcome
             signals = compute_signals(log)
             points = log_points(log.job, signals, job.base_tags(), log.names, top_records)
         except DarshanReadError as exc:

@@ -2,22 +2,31 @@
 
 Only the modules that carry I/O counters and the HEATMAP module are read; DXT, LUSTRE, APMPI
 and APXC are skipped (they are the bulk of big logs and give no signal).
+
+darshan-util can crash (segfault, assert) on damaged logs, so ``read_darshan_logs_isolated``
+reads them in a forked child. One child serves all the logs of a call in turn and hands each
+back as a few whole arrays (one matrix per module, one per heatmap), which cost little to
+send; it is replaced after any log that crashed it, made darshan-util complain or failed.
 """
 
 from __future__ import annotations
 
 import faulthandler
-import multiprocessing
+import gc
 import os
 import signal
 import tempfile
 import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, Pipe
 from pathlib import Path
 
 import numpy as np
 
 from post_job.darshan.model import (
     HEATMAP,
+    HEATMAP_IDS,
     IO_MODULES,
     SKIPPED_MODULES,
     DarshanLog,
@@ -30,82 +39,249 @@ from post_job.darshan.model import (
 
 # A Darshan log starts with its format version string, e.g. b"3.41\0\0\0\0".
 _MAGIC_PREFIXES = (b"3.", b"2.")
+_CLOSED = "closed"  # the child's word that it closed the log handle after sending the data
+_CLOSE_TIMEOUT = 10.0  # seconds darshan_log_close may take
 
 
 class DarshanReadError(Exception):
     """The log cannot be read at all; the message names the file and the problem."""
 
 
+@dataclass
+class _PackedTable:
+    """One module as whole matrices (one row per record): cheap to send between processes."""
+
+    module: str
+    record_ids: np.ndarray
+    ranks: np.ndarray
+    int_names: list[str]
+    ints: np.ndarray  # records x counters, int64
+    float_names: list[str]
+    floats: np.ndarray  # records x fcounters, float64
+    partial: bool = False
+
+    def unpack(self) -> ModuleTable:
+        return ModuleTable(
+            module=self.module,
+            record_ids=self.record_ids,
+            ranks=self.ranks,
+            counters={name: self.ints[:, i] for i, name in enumerate(self.int_names)},
+            fcounters={name: self.floats[:, i] for i, name in enumerate(self.float_names)},
+            partial=self.partial,
+        )
+
+
+@dataclass
+class _PackedHeatmap:
+    """The ranks of one HEATMAP submodule that have the same number of bins, as matrices."""
+
+    submodule: str
+    record_id: int
+    bin_width: float
+    ranks: np.ndarray
+    reads: np.ndarray  # ranks x bins, int64
+    writes: np.ndarray
+
+    def unpack(self) -> list[HeatmapRecord]:
+        return [
+            HeatmapRecord(
+                self.submodule, rank, self.record_id, self.bin_width, self.reads[i], self.writes[i]
+            )
+            for i, rank in enumerate(self.ranks.tolist())
+        ]
+
+
+@dataclass
+class _PackedLog:
+    """A log as read in the child: ``log`` holds all but the modules and heatmaps."""
+
+    log: DarshanLog
+    tables: list[_PackedTable]
+    heatmaps: list[_PackedHeatmap]
+
+    def unpack(self) -> DarshanLog:
+        self.log.modules = {table.module: table.unpack() for table in self.tables}
+        self.log.heatmaps = [record for packed in self.heatmaps for record in packed.unpack()]
+        return self.log
+
+
 def read_darshan_log(path: str | Path) -> DarshanLog:
-    """Read one binary log; raise DarshanReadError when nothing usable can be read."""
+    """Read one binary log in this process; raise DarshanReadError when nothing can be read."""
     path = Path(path)
+    with _open_report(path) as report:
+        return _read_report(path, report).unpack()
+
+
+def _open_report(path: Path):
     _check_looks_like_log(path)
     import darshan  # deferred: importing PyDarshan loads its C library (slow)
 
     try:
-        report = darshan.DarshanReport(str(path), read_all=False)
+        return darshan.DarshanReport(str(path), read_all=False)
     except Exception as exc:  # the C library reports failures as RuntimeError and others
         raise DarshanReadError(f"{path}: not a readable Darshan log ({exc})") from exc
-    return _read_report(path, report)
 
 
 def read_darshan_log_isolated(path: str | Path, timeout: float = 600.0) -> DarshanLog:
-    """Read a log in a child process, so a crash inside darshan-util cannot take the job down.
-
-    darshan-util aborts (assert) or reads garbage on some corrupt logs and reports truncated
-    module data only on stderr; the child's stderr is captured and each message becomes a
-    problem naming the file.
-    """
-    path = Path(path)
-    _check_looks_like_log(path)
-    import darshan  # noqa: F401  (loaded once here, inherited by every child)
-
-    context = multiprocessing.get_context("fork")
-    receiver, sender = context.Pipe(duplex=False)
-    with tempfile.TemporaryFile() as stderr_file:
-        child = context.Process(target=_child_read, args=(path, sender, stderr_file.fileno()))
-        child.start()
-        sender.close()
-        outcome = None
-        if receiver.poll(timeout):
-            try:
-                outcome = receiver.recv()
-            except EOFError:
-                outcome = None
-        child.join(5 if outcome is not None else 0.1)
-        if child.is_alive():
-            child.kill()
-            child.join()
-        receiver.close()
-        stderr_file.seek(0)
-        messages = stderr_file.read().decode("utf-8", "replace").splitlines()
-    problems = [f"{path}: darshan-util: {m.strip()}" for m in messages if m.strip()]
-    if outcome is None:
-        code = child.exitcode
-        if code is not None and code < 0:
-            how = f"crashed with signal {signal.Signals(-code).name}"
-        else:
-            how = f"did not finish within {timeout:.0f} s" if code is None else f"exited {code}"
-        detail = f" ({problems[-1].split(': ', 1)[1]})" if problems else ""
-        raise DarshanReadError(f"{path}: PyDarshan {how} reading the log{detail}")
+    """One log read in a child process (see ``read_darshan_logs_isolated``)."""
+    ((_, outcome),) = read_darshan_logs_isolated([Path(path)], timeout)
     if isinstance(outcome, DarshanReadError):
         raise outcome
-    outcome.problems = problems + outcome.problems
     return outcome
 
 
-def _child_read(path: Path, sender, stderr_fd: int) -> None:
+def read_darshan_logs_isolated(
+    paths: Iterable[Path], timeout: float = 600.0
+) -> Iterator[tuple[Path, DarshanLog | DarshanReadError]]:
+    """(path, log or error) for each path, read in a forked child so that a crash inside
+    darshan-util costs only the log being read, never the caller.
+
+    darshan-util reports truncated module data only on stderr: the child's stderr is captured
+    and each message becomes a problem naming the file.
+    """
+    child: _ReaderChild | None = None
+    try:
+        for path in paths:
+            path = Path(path)
+            try:
+                _check_looks_like_log(path)  # no child needed for an empty or foreign file
+                if child is None:
+                    import darshan  # noqa: F401  (loaded once here, inherited by the child)
+
+                    child = _ReaderChild()
+                outcome, healthy = child.read(path, timeout)
+            except DarshanReadError as exc:  # found before the child saw the file
+                outcome, healthy = exc, True
+            except Exception as exc:  # fork failed, garbage on the pipe, ...: never raise
+                outcome = DarshanReadError(
+                    f"{path}: cannot read the log in a child process ({type(exc).__name__}: {exc})"
+                )
+                healthy = False
+            if child is not None and not healthy:  # crashed, hung, damaged log: start afresh
+                child.close()
+                child = None
+            yield path, outcome
+    finally:
+        if child is not None:
+            child.close()
+
+
+class _ReaderChild:
+    """A forked process that reads the logs it is sent, one at a time."""
+
+    def __init__(self) -> None:
+        self._stderr = tempfile.TemporaryFile()
+        self._stderr_read = 0
+        self._conn, child_conn = Pipe(duplex=True)
+        self.pid = os.fork()
+        if self.pid == 0:  # the child: serve until the parent hangs up, never return
+            try:
+                self._conn.close()
+                _serve(child_conn, self._stderr.fileno())
+            finally:
+                os._exit(0)  # skip atexit handlers and destructors inherited from the parent
+        child_conn.close()
+
+    def read(self, path: Path, timeout: float) -> tuple[DarshanLog | DarshanReadError, bool]:
+        """(log or error, whether this child can be trusted with the next log)."""
+        reply = closed = None
+        hung = False
+        try:
+            self._conn.send(str(path))
+            hung = not self._conn.poll(timeout)
+            if not hung:
+                reply = self._conn.recv()
+                hung = not self._conn.poll(_CLOSE_TIMEOUT)
+                if not hung:
+                    closed = self._conn.recv()
+        except (EOFError, OSError):  # the child died: it closed its end of the pipe
+            pass
+        problems = [f"{path}: darshan-util: {m}" for m in self._new_stderr_lines()]
+        if reply is None:
+            detail = f" ({problems[-1].split(': ', 2)[2]})" if problems else ""
+            how = self._fate(hung, timeout)
+            return DarshanReadError(f"{path}: PyDarshan {how} reading the log{detail}"), False
+        if isinstance(reply, DarshanReadError):
+            return reply, False
+        log = reply.unpack()
+        if closed != _CLOSED:
+            how = self._fate(hung, _CLOSE_TIMEOUT)
+            problems.append(f"{path}: darshan-util {how} closing the log")
+        log.problems = problems + log.problems
+        return log, closed == _CLOSED and not problems
+
+    def _new_stderr_lines(self) -> list[str]:
+        """What the child wrote to stderr since the last call (pread: the child's file offset
+        is shared with ours and must not move)."""
+        fd = self._stderr.fileno()
+        size = os.fstat(fd).st_size
+        data = os.pread(fd, size - self._stderr_read, self._stderr_read)
+        self._stderr_read = size
+        lines = data.decode("utf-8", "replace").splitlines()
+        return [line.strip() for line in lines if line.strip()]
+
+    def _fate(self, hung: bool, timeout: float) -> str:
+        """How the child ended, for the error message (a hung child is killed first)."""
+        if hung:
+            os.kill(self.pid, signal.SIGKILL)
+        _, status = os.waitpid(self.pid, 0)  # it is dead or dying: its end of the pipe closed
+        self.pid = 0
+        if hung:
+            return f"did not finish within {timeout:.0f} s"
+        code = os.waitstatus_to_exitcode(status)
+        return f"crashed with signal {signal.Signals(-code).name}" if code < 0 else f"exited {code}"
+
+    def close(self) -> None:
+        """Hang up and kill the child without waiting: its exit (unmapping a copy of this
+        process) costs milliseconds; it is reaped at the next close."""
+        self._conn.close()
+        if self.pid:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            _EXITING.append(self.pid)
+            self.pid = 0
+        self._stderr.close()
+        _reap_exited()
+
+
+_EXITING: list[int] = []  # children told to exit and not yet reaped
+
+
+def _reap_exited() -> None:
+    for pid in list(_EXITING):
+        try:
+            finished, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            finished = pid
+        if finished:
+            _EXITING.remove(pid)
+
+
+def _serve(conn: Connection, stderr_fd: int) -> None:
+    """The child's loop: read each log it is sent, send it back, then close the log handle."""
     faulthandler.disable()  # a crash here is reported by the parent, not dumped on stderr
     os.dup2(stderr_fd, 2)
-    try:
-        result: DarshanLog | DarshanReadError = read_darshan_log(path)
-    except DarshanReadError as exc:
-        result = exc
-    except Exception as exc:
-        result = DarshanReadError(f"{path}: cannot read the log ({type(exc).__name__}: {exc})")
-    sender.send(result)
-    sender.close()
-    os._exit(0)  # skip PyDarshan's destructors: they may abort on a damaged log handle
+    gc.freeze()  # the parent's objects: never scanned by the child's collector
+    while True:
+        try:
+            path = Path(conn.recv())
+        except EOFError:
+            return
+        report = None
+        try:
+            report = _open_report(path)
+            result: _PackedLog | DarshanReadError = _read_report(path, report)
+        except DarshanReadError as exc:
+            result = exc
+        except Exception as exc:
+            result = DarshanReadError(f"{path}: cannot read the log ({type(exc).__name__}: {exc})")
+        conn.send(result)
+        del result
+        if report is not None:
+            report.__exit__(None, None, None)  # darshan_log_close: may abort on a damaged log
+        conn.send(_CLOSED)
 
 
 def _check_looks_like_log(path: Path) -> None:
@@ -120,9 +296,10 @@ def _check_looks_like_log(path: Path) -> None:
         raise DarshanReadError(f"{path}: not a Darshan log (bad version header {head[:8]!r})")
 
 
-def _read_report(path: Path, report) -> DarshanLog:
+def _read_report(path: Path, report) -> _PackedLog:
     job = _job_info(report)
     log = DarshanLog(source=str(path), job=job)
+    packed = _PackedLog(log, [], [])
     module_info = dict(report.modules)
     if module_info:
         try:
@@ -140,15 +317,15 @@ def _read_report(path: Path, report) -> DarshanLog:
             table = _read_module(path, report, module, log.problems)
             if table is not None:
                 table.partial = bool(info.get("partial_flag"))
-                log.modules[module] = table
+                packed.tables.append(table)
         elif module == HEATMAP:
-            log.heatmaps = _read_heatmaps(path, report, log.names, log.problems)
+            packed.heatmaps = _read_heatmaps(path, report, log.names, log.problems)
         elif module in SKIPPED_MODULES:
             log.skipped_modules.append(module)
         else:
             log.problems.append(f"{path}: unknown module {module!r} skipped")
     job.header_lines = _header_lines(job, module_info, report)
-    return log
+    return packed
 
 
 def _job_info(report) -> JobInfo:
@@ -166,7 +343,7 @@ def _job_info(report) -> JobInfo:
     )
 
 
-def _read_module(path: Path, report, module: str, problems: list[str]) -> ModuleTable | None:
+def _read_module(path: Path, report, module: str, problems: list[str]) -> _PackedTable | None:
     from darshan.backend import cffi_backend as backend
 
     try:
@@ -180,48 +357,51 @@ def _read_module(path: Path, report, module: str, problems: list[str]) -> Module
     n = len(records)
     ids = np.fromiter((rec["id"] for rec in records), dtype=np.uint64, count=n)
     ranks = np.fromiter((rec["rank"] for rec in records), dtype=np.int64, count=n)
+    kept = [i for i, name in enumerate(counter_names) if not is_record_id_counter(name)]
     if n:
-        ints = np.stack([rec["counters"] for rec in records]).astype(np.int64, copy=False)
+        ints = np.stack([rec["counters"] for rec in records])[:, kept].astype(np.int64)
         floats = round_like_parser(np.stack([rec["fcounters"] for rec in records]))
     else:
-        ints = np.zeros((0, len(counter_names)), dtype=np.int64)
+        ints = np.zeros((0, len(kept)), dtype=np.int64)
         floats = np.zeros((0, len(fcounter_names)), dtype=np.float64)
-    return ModuleTable(
-        module=module,
-        record_ids=ids,
-        ranks=ranks,
-        counters={
-            name: ints[:, i]
-            for i, name in enumerate(counter_names)
-            if not is_record_id_counter(name)
-        },
-        fcounters={name: floats[:, i] for i, name in enumerate(fcounter_names)},
+    return _PackedTable(
+        module, ids, ranks, [counter_names[i] for i in kept], ints, fcounter_names, floats
     )
 
 
-def _read_heatmaps(path: Path, report, names: dict[int, str], problems) -> list[HeatmapRecord]:
+def _read_heatmaps(path: Path, report, names: dict[int, str], problems) -> list[_PackedHeatmap]:
     try:
         report.read_all_heatmap_records()
     except Exception as exc:
         problems.append(f"{path}: cannot read the HEATMAP module ({exc}); skipped")
         return []
     ids_by_name = {name: rid for rid, name in names.items() if name.startswith("heatmap:")}
-    records: list[HeatmapRecord] = []
+    packed: list[_PackedHeatmap] = []
     for submodule, heatmap in report.heatmaps.items():
         width = float(round_like_parser(np.array([heatmap._bin_width_seconds or 0.0]))[0])
-        record_id = ids_by_name.get(f"heatmap:{submodule}", 0)
+        known_id = next((rid for rid, name in HEATMAP_IDS.items() if name == submodule), 0)
+        record_id = int(ids_by_name.get(f"heatmap:{submodule}", known_id))
+        by_length: dict[int, list[tuple[int, np.ndarray, np.ndarray]]] = {}
         for rank, reads, writes in _heatmap_bins(heatmap):
-            records.append(
-                HeatmapRecord(
+            reads = np.asarray(reads, dtype=np.int64)
+            writes = np.asarray(writes, dtype=np.int64)
+            length = max(len(reads), len(writes))
+            if len(reads) != len(writes):  # not seen in real logs; pad the shorter with 0
+                reads = np.pad(reads, (0, length - len(reads)))
+                writes = np.pad(writes, (0, length - len(writes)))
+            by_length.setdefault(length, []).append((int(rank), reads, writes))
+        for length, rows in by_length.items():
+            packed.append(
+                _PackedHeatmap(
                     submodule=str(submodule),
-                    rank=int(rank),
-                    record_id=int(record_id),
+                    record_id=record_id,
                     bin_width=width,
-                    read_bins=np.asarray(reads, dtype=np.int64),
-                    write_bins=np.asarray(writes, dtype=np.int64),
+                    ranks=np.array([rank for rank, _, _ in rows], dtype=np.int64),
+                    reads=np.array([r for _, r, _ in rows], dtype=np.int64).reshape(-1, length),
+                    writes=np.array([w for _, _, w in rows], dtype=np.int64).reshape(-1, length),
                 )
             )
-    return records
+    return packed
 
 
 def _heatmap_bins(heatmap):

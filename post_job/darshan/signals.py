@@ -486,16 +486,24 @@ def _shared_only(column: SignalColumn, shared: np.ndarray, moved: _Input | None)
 
 
 def _module_signals(table: ModuleTable, layout: Layout) -> tuple[dict[str, Value], dict]:
-    """The spec's module signals; time = Darshan's agg_time_by_slowest (see README)."""
+    """The spec's module signals; time = Darshan's agg_time_by_slowest (see README).
 
-    def total(names) -> int | None:
+    A module sum with a -1 (not monitored) in any record is NA(not_monitored), as a record
+    signal is; the job totals (``sums``) add the monitored values only.
+    """
+    sums: dict[str, int] = {}
+
+    def total(key: str, names) -> int | NA:
         found = _get(table, names)
         if found is None:
-            return None
-        return int(np.clip(found.values, 0, None).sum())
+            sums[key] = 0
+            return NA("not_available")
+        sums[key] = int(np.clip(found.values, 0, None).sum())
+        return NA("not_monitored") if found.unmonitored.any() else sums[key]
 
-    reads, writes = total(layout.reads), total(layout.writes)
-    bytes_read, bytes_written = total(layout.bytes_read), total(layout.bytes_written)
+    reads, writes = total("total_reads", layout.reads), total("total_writes", layout.writes)
+    bytes_read = total("total_bytes_read", layout.bytes_read)
+    bytes_written = total("total_bytes_written", layout.bytes_written)
     agg_time = _agg_time_by_slowest(table, layout)
     values: dict[str, Value] = {}
     values["read_bw"] = _scalar_ratio(bytes_read, agg_time, "no_time", 1 / MIB)
@@ -504,39 +512,42 @@ def _module_signals(table: ModuleTable, layout: Layout) -> tuple[dict[str, Value
     values["write_iops"] = _scalar_ratio(writes, agg_time, "no_time")
     values["avg_read_size"] = _scalar_ratio(bytes_read, reads, "no_reads")
     values["avg_write_size"] = _scalar_ratio(bytes_written, writes, "no_writes")
-    moved = None if bytes_read is None or bytes_written is None else bytes_read + bytes_written
-    values["agg_time_by_slowest"] = NA("not_available") if agg_time is None else agg_time
+    moved = _first_na(bytes_read, bytes_written) or bytes_read + bytes_written  # type: ignore[operator]
+    values["agg_time_by_slowest"] = agg_time
     values["agg_perf_by_slowest"] = _scalar_ratio(moved, agg_time, "no_time", 1 / MIB)
-    for key, found in (
-        ("total_bytes_read", bytes_read),
-        ("total_bytes_written", bytes_written),
-        ("total_reads", reads),
-        ("total_writes", writes),
-    ):
-        values[key] = NA("not_available") if found is None else found
-    sums = {
-        "total_bytes_read": bytes_read or 0,
-        "total_bytes_written": bytes_written or 0,
-        "total_reads": reads or 0,
-        "total_writes": writes or 0,
-    }
+    values["total_bytes_read"] = bytes_read
+    values["total_bytes_written"] = bytes_written
+    values["total_reads"] = reads
+    values["total_writes"] = writes
     return values, sums
 
 
-def _agg_time_by_slowest(table: ModuleTable, layout: Layout) -> float | None:
+def _first_na(*values: Value) -> NA | None:
+    """The NA an operation on these values gives: not_available first, then the others."""
+    missing = [value for value in values if isinstance(value, NA)]
+    for value in missing:
+        if value.reason == "not_available":
+            return value
+    return missing[0] if missing else None
+
+
+def _agg_time_by_slowest(table: ModuleTable, layout: Layout) -> float | NA:
     """darshan-util's accumulator: slowest rank's time on its own files + for each shared file
-    its slowest rank's time. None when the module has no read/write timers."""
+    its slowest rank's time. NA(not_available) when the module has no read/write timers."""
     if layout.read_time is None and layout.write_time is None:
-        return None
+        return NA("not_available")
     timers = [
         table.column(name)
         for name in (layout.read_time, layout.write_time, layout.meta_time)
         if name is not None
     ]
     if any(timer is None for timer in timers):
-        return None
+        return NA("not_available")
     shared = table.ranks < 0
     slowest = table.column(layout.slowest_rank_time) if layout.slowest_rank_time else None
+    used = [*timers, slowest[shared]] if slowest is not None else timers
+    if any((column == -1).any() for column in used):
+        return NA("not_monitored")
     per_record = np.zeros(len(table))
     for timer in timers:
         per_record = per_record + timer
@@ -554,9 +565,10 @@ def _agg_time_by_slowest(table: ModuleTable, layout: Layout) -> float | None:
     return slowest_rank_time + shared_time
 
 
-def _scalar_ratio(numerator, denominator, zero_reason: str, scale: float = 1.0) -> Value:
-    if numerator is None or denominator is None:
-        return NA("not_available")
+def _scalar_ratio(numerator: Value, denominator: Value, zero_reason: str, scale=1.0) -> Value:
+    missing = _first_na(numerator, denominator)
+    if missing is not None:
+        return missing
     if denominator <= 0:
         return NA(zero_reason)
     return float(numerator) * scale / float(denominator)
@@ -595,15 +607,16 @@ def heatmap_columns(reads: np.ndarray, writes: np.ndarray, width: float) -> dict
     span = (last - first + 1) * width
     top1 = np.divide(peak_value, total, out=np.zeros(rows), where=total > 0)
     return {
-        "total_read_events": SignalColumn(total_read, valid),
-        "total_write_events": SignalColumn(total_write, valid),
+        # event totals are floats, as in the spec's output example ("1049304.0")
+        "total_read_events": SignalColumn(total_read.astype(np.float64), valid),
+        "total_write_events": SignalColumn(total_write.astype(np.float64), valid),
         "active_bins": SignalColumn(active_bins.astype(np.int64), valid),
         "active_time": SignalColumn(active_bins * float(width), no_width),
         "activity_span": SignalColumn(
             span.astype(np.float64), np.where(no_width > 0, no_width, no_io)
         ),
         "peak_activity_bin": SignalColumn(peak_bin.astype(np.int64), no_io),
-        "peak_activity_value": SignalColumn(peak_value.astype(np.int64), valid),
+        "peak_activity_value": SignalColumn(peak_value.astype(np.float64), valid),
         "read_activity_entropy_norm": SignalColumn(_entropy_norm(reads, total_read, nbins), valid),
         "write_activity_entropy_norm": SignalColumn(
             _entropy_norm(writes, total_write, nbins), valid

@@ -1,8 +1,10 @@
 """The spec's text output: the preserved log header, then one line per signal.
 
 Lines are ``MODULE<TAB>rank<TAB>record_id<TAB>SIGNAL_NAME<TAB>value``. Job lines use module
-``JOB`` and record id ``JOB_AGG``; module lines use rank -1 and record id ``MODULE_AGG``;
-job-level HEATMAP lines (bins summed over ranks) use rank -1 and the submodule's record id.
+``JOB`` and record id ``JOB_AGG``; module lines use rank -1 and record id ``MODULE_PERF``
+(time-based signals: bandwidth, IOPS, Darshan's agg_*_by_slowest) or ``MODULE_AGG`` (sizes
+and totals); HEATMAP has no module lines (spec v2.2). HEATMAP lines are per rank, as Darshan
+stores them (never rank -1); the job series summed over ranks goes to the points only.
 """
 
 from __future__ import annotations
@@ -14,6 +16,10 @@ from post_job.darshan.model import JobInfo
 from post_job.darshan.signals import NA, LogSignals, Value
 
 _RULE = "# " + "=" * 60
+# module signals that need the module's time; the others are sizes and totals (MODULE_AGG)
+MODULE_PERF_SIGNALS = frozenset(
+    ("read_bw", "write_bw", "read_iops", "write_iops", "agg_time_by_slowest", "agg_perf_by_slowest")
+)
 
 
 def format_value(value: Value) -> str:
@@ -34,7 +40,8 @@ def signal_lines(job: JobInfo, signals: LogSignals) -> Iterator[str]:
         yield f"JOB\t-1\tJOB_AGG\tSIGNAL_{name.upper()}\t{format_value(value)}"
     for module in signals.modules:
         for name, value in module.values.items():
-            yield f"{module.module}\t-1\tMODULE_AGG\tSIGNAL_{name.upper()}\t{format_value(value)}"
+            record = "MODULE_PERF" if name in MODULE_PERF_SIGNALS else "MODULE_AGG"
+            yield f"{module.module}\t-1\t{record}\tSIGNAL_{name.upper()}\t{format_value(value)}"
     for records in signals.records:
         names = [(name, f"SIGNAL_{name.upper()}") for name in records.columns]
         for row in range(len(records)):
@@ -48,10 +55,6 @@ def signal_lines(job: JobInfo, signals: LogSignals) -> Iterator[str]:
             prefix = f"HEATMAP\t{record.rank}\t{record.record_id}\t"
             for name, label in labels:
                 yield f"{prefix}{label}\t{format_value(group.columns[name].get(row))}"
-    for heatmap in signals.heatmap_totals:
-        prefix = f"HEATMAP\t{heatmap.rank}\t{heatmap.record_id}\t"
-        for name, value in heatmap.values.items():
-            yield f"{prefix}SIGNAL_{name.upper()}\t{format_value(value)}"
 
 
 def write_signals(path: Path, logs: list[tuple[JobInfo, LogSignals]]) -> None:
