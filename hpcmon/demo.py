@@ -1,7 +1,10 @@
 """`make demo`: the exporter on replayed real jobstats captures, scraped by a real Prometheus,
-with a live terminal view of the top jobs queried through Prometheus' HTTP API.
+with a live terminal view of the top jobs queried through Prometheus' HTTP API; first, the
+post-job hook ingests a finished job's bundled Darshan, Recorder, VizTracer and GEOPM data into
+a real InfluxDB 1.6.7 and the demo reads it back with InfluxQL.
 
-Everything it starts (replay, exporter, Prometheus) is stopped on Ctrl-C or after --duration.
+Everything it starts (InfluxDB, replay, exporter, Prometheus) is stopped on Ctrl-C or after
+--duration.
 """
 
 from __future__ import annotations
@@ -16,7 +19,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from exporter.replay import load_sections, render, write_atomically
-from hpcmon.servers import Prometheus, free_port, run_prometheus, wait_http
+from hpcmon.servers import (
+    InfluxDB1,
+    Prometheus,
+    free_port,
+    run_influxdb1,
+    run_prometheus,
+    wait_http,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPTURES = ROOT / "tests" / "data" / "jobstats"
@@ -71,6 +81,82 @@ def _view(prom: Prometheus) -> str:
             jobid = row["metric"].get("jobid", "?")
             lines.append(f"   {_human(float(row['value'][1]), unit)}   {jobid}")
         lines.append("")
+    return "\n".join(lines)
+
+
+DATA = ROOT / "tests" / "data"
+DEMO_JOB = "4242"
+POST_JOB_INPUTS = [
+    "--darshan",
+    str(DATA / "darshan/logs/mpi-io-test-x86_64-3.5.0.darshan"),
+    str(DATA / "darshan/logs/e3sm_io_heatmap_only.darshan"),
+    "--recorder",
+    str(DATA / "recorder/v3.0.0/tiny_mpi_np2_ipc"),
+    "--viztracer",
+    str(DATA / "viztracer/threaded.json"),
+    "--geopm-report",
+    str(DATA / "geopm_report/geopm-1.1.0+dev429_nekbone_frequency_map_4hosts.report"),
+]
+POST_JOB_QUERIES = (
+    ("Points per measurement", "SELECT count(*) FROM /.*/ WHERE jobid = '{job}'"),
+    (
+        "Darshan modules (MiB/s)",
+        "SELECT read_bw, write_bw FROM darshan_module WHERE jobid = '{job}' GROUP BY module",
+    ),
+    (
+        "Recorder: top functions by time",
+        "SELECT top(total_time_seconds, function, 5) FROM recorder_function WHERE jobid = '{job}'",
+    ),
+    (
+        "VizTracer: top functions by time",
+        "SELECT top(total_time_seconds, function, 5) FROM viztracer_function WHERE jobid = '{job}'",
+    ),
+    (
+        "GEOPM application totals per host",
+        "SELECT package_energy_joules, runtime_seconds FROM geopm_totals "
+        "WHERE jobid = '{job}' AND scope = 'application' GROUP BY host",
+    ),
+)
+
+
+def _post_job_demo(influx: InfluxDB1, workdir: Path) -> str:
+    """Run the post-job hook on bundled real data into InfluxDB, then read it back."""
+    influx.create_database("hpcmon")
+    command = [
+        sys.executable,
+        "-m",
+        "post_job",
+        "--job-id",
+        DEMO_JOB,
+        "--cluster",
+        "demo",
+        *POST_JOB_INPUTS,
+        "--influx.v1-url",
+        influx.url,
+        "--influx.database",
+        "hpcmon",
+        "--spool-dir",
+        str(workdir / "spool"),
+    ]
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    lines = [f"== Post-job hook for job {DEMO_JOB} (exit {run.returncode}) =="]
+    lines += ["   " + line for line in run.stderr.strip().splitlines()]
+    for title, query in POST_JOB_QUERIES:
+        lines.append(f"-- {title}")
+        for series in influx.series(query.format(job=DEMO_JOB), db="hpcmon"):
+            tags = ",".join(f"{k}={v}" for k, v in sorted((series.get("tags") or {}).items()))
+            columns = series["columns"][1:]
+            for row in series["values"]:
+                if title.startswith("Points"):
+                    count = max(v for v in row[1:] if v is not None)
+                    lines.append(f"   {series['name']:<24} {count}")
+                    break
+                values = ", ".join(
+                    f"{c}={v:.4g}" if isinstance(v, float) else f"{c}={v}"
+                    for c, v in zip(columns, row[1:], strict=True)
+                    if v is not None
+                )
+                lines.append(f"   {tags + ' ' if tags else ''}{values}")
     return "\n".join(lines)
 
 
@@ -136,7 +222,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     try:
         wait_http(f"{exporter_url}/metrics", exporter, args.workdir / "exporter.log")
-        with run_prometheus(scrape, scrape_interval="2s") as prom:
+        with run_influxdb1() as influx, run_prometheus(scrape, scrape_interval="2s") as prom:
+            print(_post_job_demo(influx, args.workdir), flush=True)
+            print()
+            print(f"influxdb:   {influx.url}  (database hpcmon, InfluxQL at /query)")
             print(f"exporter:   {exporter_url}/metrics")
             print(f"prometheus: {prom.url}  (graph: {prom.url}/graph)")
             print(

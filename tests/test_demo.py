@@ -38,6 +38,14 @@ def test_demo_shows_top_jobs_from_prometheus(tmp_path: Path) -> None:
     exporter = re.search(r"^exporter:\s+(http://127\.0\.0\.1:\d+/metrics)$", out, re.M)
     prometheus = re.search(r"^prometheus: (http://127\.0\.0\.1:\d+)", out, re.M)
     assert exporter and prometheus
+    # Post-job part: the hook's points went into the real InfluxDB and came back by InfluxQL.
+    post_job = out.split("influxdb:", 1)[0]
+    assert "Post-job hook for job 4242 (exit 0)" in post_job
+    counts = dict(re.findall(r"^   (\w+)\s+(\d+)$", post_job, re.M))
+    assert counts["darshan_job"] == "2"  # two logs
+    assert counts["recorder_trace"] == "1" and counts["viztracer_summary"] == "1"
+    assert counts["geopm_totals"] == "12"  # 4 hosts x application, epoch, unmarked
+    assert {f"host=mcfly{i}" for i in range(1, 5)} <= set(re.findall(r"host=mcfly\d", post_job))
     last_view = out.rsplit("(Ctrl-C to stop)", 1)[-1]
     panels = re.split(r"^== .* ==$", last_view, flags=re.M)[1:]
     assert len(panels) == 3
