@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -23,6 +22,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from timing import median_seconds  # noqa: E402
 
 from post_job.darshan import collect_darshan  # noqa: E402
 from post_job.darshan.model import IO_MODULES  # noqa: E402
@@ -40,15 +41,6 @@ BIG_LOGS = {
 }
 SMALL_LOGS = sorted(p for p in LOGS.glob("*.darshan") if p not in BIG_LOGS.values())
 JOB = JobContext("bench")
-
-
-def median_time(function, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def pydarshan_baseline(path: Path) -> None:
@@ -127,9 +119,9 @@ def main() -> int:
     rows = []
     for label, path in BIG_LOGS.items():
         pydarshan_baseline(path)  # warm the page cache
-        baseline = median_time(lambda p=path: pydarshan_baseline(p), repeats)
-        ours = median_time(lambda p=path: in_process(p), repeats)
-        ours_isolated = median_time(lambda p=path: isolated(p), repeats)
+        baseline = median_seconds(lambda p=path: pydarshan_baseline(p), repeats)
+        ours = median_seconds(lambda p=path: in_process(p), repeats)
+        ours_isolated = median_seconds(lambda p=path: isolated(p), repeats)
         rows.append(
             {
                 "case": label,
@@ -141,9 +133,9 @@ def main() -> int:
             }
         )
     job_logs = SMALL_LOGS * 3  # a job that left many small logs (e.g. one per srun step)
-    baseline = median_time(lambda: many_logs_baseline(job_logs), repeats)
-    ours = median_time(lambda: many_logs_in_process(job_logs), repeats)
-    ours_isolated = median_time(lambda: many_logs_isolated(job_logs), repeats)
+    baseline = median_seconds(lambda: many_logs_baseline(job_logs), repeats)
+    ours = median_seconds(lambda: many_logs_in_process(job_logs), repeats)
+    ours_isolated = median_seconds(lambda: many_logs_isolated(job_logs), repeats)
     rows.append(
         {
             "case": f"job of {len(job_logs)} logs",
@@ -160,9 +152,9 @@ def main() -> int:
         write_synthetic_text(text, synthetic_records)
         generate = time.perf_counter() - start
         size_mb = text.stat().st_size / 1e6
-        text_time = median_time(lambda: collect_darshan([], [text], JOB), max(1, repeats // 2))
+        text_time = median_seconds(lambda: collect_darshan([], [text], JOB), max(1, repeats // 2))
         out = Path(directory) / "signals.txt"
-        with_output = median_time(lambda: collect_darshan([], [text], JOB, signals_out=out), 1)
+        with_output = median_seconds(lambda: collect_darshan([], [text], JOB, signals_out=out), 1)
     print(
         f"{'log':<20} {'PyDarshan read':>15} {'ours':>9} {'ratio':>6} "
         f"{'ours+child':>11} {'ratio':>6}   (target ratio <= 1.5)"

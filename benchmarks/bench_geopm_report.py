@@ -14,16 +14,15 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from timing import median_seconds  # noqa: E402
 
 from post_job.geopm_report.parser import parse_report_text  # noqa: E402
 from post_job.geopm_report.points import report_points  # noqa: E402
@@ -62,15 +61,6 @@ def scale_text_report(text: str, hosts: int) -> str:
     head, _, rest = text.partition("\nHost: ")
     block = rest.split("\nHost: ")[0].split("\n", 1)[1]
     return head + "".join(f"\nHost: node{i:04d}\n{block}" for i in range(hosts))
-
-
-def median_seconds(action: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        action()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
 
 
 def main(argv: list[str]) -> int:

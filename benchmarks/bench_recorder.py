@@ -17,10 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import sys
 import tempfile
-import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +27,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from timing import median_seconds  # noqa: E402
 
 from post_job.model import JobContext  # noqa: E402
 from post_job.recorder import RecorderDataFrame, collect_recorder  # noqa: E402
@@ -99,15 +99,6 @@ def count_calls(path: Path) -> int:
 
 def iterate_records(path: Path) -> int:
     return sum(1 for _ in read_recorder_trace(path).records())
-
-
-def median_seconds(func: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        func()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
 
 
 def main(argv: list[str]) -> int:
