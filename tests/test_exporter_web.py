@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import ssl
 import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -174,3 +175,69 @@ def test_a_failing_collector_does_not_fail_the_scrape() -> None:
         for s in families["hpcmon_exporter_collector_success"].samples
     }
     assert success == {"broken": 0.0, "fixed": 1.0}
+
+
+@pytest.mark.integration
+def test_prometheus_scrapes_through_tls_and_basic_auth(
+    tmp_path: Path, certificate, prometheus_factory
+) -> None:
+    """A real exporter process behind the web config; Prometheus with the right password gets
+    the metrics, with a wrong one the target is down (401)."""
+    cert, key = certificate
+    hashed = bcrypt.hashpw(b"scrape-me", bcrypt.gensalt(rounds=4)).decode()
+    web = tmp_path / "web.yml"
+    web.write_text(
+        f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n"
+        f"basic_auth_users:\n  prometheus: '{hashed}'\n"
+    )
+    jobs_dir = tmp_path / "jobs"
+    jobs_dir.mkdir()
+    (jobs_dir / "777").write_text("SLURM_JOB_UID=1234\n")
+    port = free_port()
+    log = tmp_path / "exporter.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "exporter",
+                f"--web.listen-address=127.0.0.1:{port}",
+                f"--web.config.file={web}",
+                "--no-collector.jobstats",
+                "--collector.jobs",
+                f"--path.cgroupfs={tmp_path / 'no-cgroups'}",
+                f"--jobs.dir={jobs_dir}",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        tls = {"ca_file": str(cert), "server_name": "localhost"}
+        target = {
+            "static_configs": [{"targets": [f"127.0.0.1:{port}"]}],
+            "scheme": "https",
+            "tls_config": tls,
+        }
+        prom = prometheus_factory(
+            [
+                {
+                    "job_name": "good",
+                    "basic_auth": {"username": "prometheus", "password": "scrape-me"},
+                    **target,
+                },
+                {
+                    "job_name": "bad",
+                    "basic_auth": {"username": "prometheus", "password": "wrong"},
+                    **target,
+                },
+            ]
+        )
+        result = prom.wait_for('hpc_node_job_info{job="good"}')
+        assert result[0]["metric"]["jobid"] == "777" and result[0]["metric"]["uid"] == "1234"
+        up = {r["metric"]["job"]: r["value"][1] for r in prom.wait_for("up", min_results=2)}
+        assert up == {"good": "1", "bad": "0"}
+        bad = next(t for t in prom.targets() if t["labels"]["job"] == "bad")
+        assert "401" in bad["lastError"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
