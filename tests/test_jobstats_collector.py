@@ -381,11 +381,8 @@ def test_malformed_records_are_counted(tmp_path: Path) -> None:
 
 
 def test_background_sampler_shares_one_snapshot(tmp_path: Path) -> None:
-    parser = argparse.ArgumentParser()
-    JobstatsCollector.add_arguments(parser)
-    collector = JobstatsCollector(parser.parse_args(
-        ["--jobstats.source", "file", "--jobstats.path", str(HP_OST),
-         "--jobstats.interval", "0.2"]))
+    collector = make_collector("--jobstats.source", "file", "--jobstats.path", str(HP_OST),
+                               "--jobstats.interval", "0.2")  # the later interval wins
     collector.start()
     try:
         first = collector.exposition()
@@ -398,11 +395,8 @@ def test_background_sampler_shares_one_snapshot(tmp_path: Path) -> None:
 
 def test_background_sampler_with_hung_lctl_never_blocks_scrapes(tmp_path: Path) -> None:
     lctl = fake_lctl(tmp_path, "sleep 30")
-    parser = argparse.ArgumentParser()
-    JobstatsCollector.add_arguments(parser)
-    collector = JobstatsCollector(parser.parse_args(
-        ["--jobstats.lctl-path", str(lctl), "--jobstats.timeout", "0.5",
-         "--jobstats.interval", "0.2"]))
+    collector = make_collector("--jobstats.lctl-path", str(lctl), "--jobstats.timeout", "0.5",
+                               "--jobstats.interval", "0.2")
     collector.start()
     try:
         started = time.monotonic()
@@ -424,3 +418,61 @@ def test_same_target_in_two_files_is_reported_once(tmp_path: Path) -> None:
     assert value(found, "lustre_jobstats_jobs", component="ost", target="lustrefs-OST0000") == 35
     assert value(found, "lustre_jobstats_parse_errors_total", component="ost",
                  target="lustrefs-OST0000") == 1
+
+
+def test_rate_state_survives_an_unreadable_sample(tmp_path: Path) -> None:
+    path = tmp_path / "js.txt"
+    collector = make_collector("--jobstats.source", "file", "--jobstats.path", str(path))
+    write_target(path, record("A", 1000, 1000, 10, start=900))
+    collector.sample()
+    path.unlink()  # the target cannot be read once: marked down, its history kept
+    found = samples_of(collector.sample())
+    assert value(found, "lustre_jobstats_up", component="mdt", target="fs-MDT0000",
+                 source=str(path)) == 0
+    # Back: (1500 - 1000) B / (1010 - 1000) s since the last good sample, not 1500 / 110
+    # since start_time as for a job seen for the first time.
+    write_target(path, record("A", 1010, 1500, 30, start=900))
+    assert rates(samples_of(collector.sample()), "A") == (50.0, 2.0)
+
+
+def test_big_snapshot_is_dropped_first_and_scrapes_wait(monkeypatch) -> None:
+    # Every snapshot counts as big: the old one is dropped before the next is built, and a
+    # scrape in between waits for the new one instead of getting nothing.
+    monkeypatch.setattr("exporter.jobstats.collector.BIG_SNAPSHOT", 0)
+    collector = make_collector("--jobstats.source", "file", "--jobstats.path", str(HP_OST),
+                               "--jobstats.interval", "0.01")
+    collector.start()
+    try:
+        bodies = []
+        for _ in range(40):
+            bodies.append(collector.exposition())
+            time.sleep(0.005)
+    finally:
+        collector.stop()
+    expected = b'lustre_jobstats_jobs{component="ost",target="lustrefs-OST0000"} 35.0'
+    assert all(expected in body for body in bodies)
+    assert collector._generation > 1  # it did sample more than once meanwhile
+
+
+def test_lctl_output_read_in_pieces_gives_the_same_series(tmp_path: Path, monkeypatch) -> None:
+    # Cut after every parameter (pieces of at least 1 byte), read 1 byte at a time at worst.
+    text = (DATA / "whamcloud_lustre-collector__src_fixtures_valid_ex8761-lctl.txt").read_text()
+    text += "obdfilter.lustrefs-OST0000.job_stats=\n" + HP_OST.read_text()
+    text += "mdt.lustrefs-MDT0000.job_stats=\n" + HP_MDT.read_text()
+    whole = tmp_path / "whole.txt"
+    whole.write_text(text)
+    lctl = fake_lctl(tmp_path, f'cat "{whole}"')
+    monkeypatch.setattr("exporter.jobstats.sources.LctlSource.PIECE_BYTES", 1)
+    from_lctl = samples_of(make_collector("--jobstats.lctl-path", str(lctl)).sample())
+    from_file = samples_of(make_collector("--jobstats.source", "file", "--jobstats.path",
+                                          str(whole)).sample())
+
+    def per_job(found: Samples) -> Samples:
+        return {key: v for key, v in found.items()
+                if key[0].startswith("lustre_job_") or key[0] == "lustre_jobstats_jobs"}
+
+    assert per_job(from_lctl) == per_job(from_file)
+    assert value(from_lctl, "lustre_jobstats_jobs", component="ost",
+                 target="lustrefs-OST0000") == 35
+    up = named(from_lctl, "lustre_jobstats_up")
+    assert len(up) == 5 and set(up.values()) == {1}

@@ -17,9 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.exposition import render_families
 from exporter.jobstats.collector import JobstatsCollector
-from exporter.jobstats.parser import parse_text
+from exporter.jobstats.parser import JobEntry, parse_text
 from exporter.jobstats.rates import RateTracker
-from exporter.jobstats.render import LabelCache, TargetSeries, render_jobs
+from exporter.jobstats.render import LabelCache, Layouts, pack_target, render_blocks
 from hpcmon.jobid import JobIdPattern
 
 DATA = Path(__file__).parent / "data" / "jobstats"
@@ -35,45 +35,44 @@ NASTY = ('mdt.fs-MDT0000.job_stats=\njob_stats:\n'
          "  punch:           { samples: 18446744073709551615, unit: reqs }\n")
 
 
-def reference(series: list[tuple[tuple[str, str], TargetSeries]], pattern: JobIdPattern
-              ) -> bytes:
+Rates = dict[str, tuple[tuple[str, ...], tuple[float, ...]]]
+Prepared = list[tuple[tuple[str, str], list[JobEntry], Rates]]
+
+
+def reference(series: Prepared, pattern: JobIdPattern) -> bytes:
     """The same families built the slow, obvious way with prometheus-client."""
     names = ["component", "target", "jobid", *pattern.names]
     fam: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
 
-    def add(kind, name, labels, extra, value):
+    def add(kind, name, labels, operation, value):
         family = fam.get(name)
         if family is None:
             cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+            extra = ["operation"] if operation is not None else []
             family = fam[name] = cls(name, "h", labels=names + extra)
-        family.add_metric(labels + [v for v in extra_values(extra, value)], value[1])
+        family.add_metric(labels + ([operation] if operation is not None else []), value)
 
-    def extra_values(extra, value):
-        return [value[0]] if extra else []
-
-    for (component, target), part in series:
-        for _, entry in part.jobs:
+    for (component, target), entries, rates in series:
+        for entry in entries:
             labels = [component, target, entry.jobid, *pattern.labels(entry.jobid)]
             for op_name, op in entry.ops.items():
                 if op_name in ("read_bytes", "write_bytes"):
                     base = "lustre_job_" + op_name.split("_")[0]
-                    add("counter", base + "_samples", labels, [], (None, op.samples))
-                    add("counter", base + "_bytes", labels, [], (None, op.sum))
-                    add("gauge", base + "_minimum_size_bytes", labels, [], (None, op.min))
-                    add("gauge", base + "_maximum_size_bytes", labels, [], (None, op.max))
+                    add("counter", base + "_samples", labels, None, op.samples)
+                    add("counter", base + "_bytes", labels, None, op.sum)
+                    add("gauge", base + "_minimum_size_bytes", labels, None, op.min)
+                    add("gauge", base + "_maximum_size_bytes", labels, None, op.max)
                 else:
-                    add("counter", "lustre_job_stats", labels, ["operation"], (op_name,
-                                                                              op.samples))
+                    add("counter", "lustre_job_stats", labels, op_name, op.samples)
                     if op.unit == "usecs":
-                        add("counter", "lustre_job_latency_seconds", labels, ["operation"],
-                            (op_name, op.sum / 1e6))
-            found = part.rates.get(entry.jobid)
+                        add("counter", "lustre_job_latency_seconds", labels, op_name,
+                            op.sum / 1e6)
+            found = rates.get(entry.jobid)
             for op_name, rate in zip(*found, strict=True) if found else ():
                 if op_name in ("read_bytes", "write_bytes"):
-                    add("gauge", f"lustre_job_{op_name}_per_second", labels, [], (None, rate))
+                    add("gauge", f"lustre_job_{op_name}_per_second", labels, None, rate)
                 else:
-                    add("gauge", "lustre_job_operations_per_second", labels, ["operation"],
-                        (op_name, rate))
+                    add("gauge", "lustre_job_operations_per_second", labels, op_name, rate)
     return render_families(fam.values())
 
 
@@ -88,28 +87,28 @@ def meaning(text: bytes) -> dict[str, tuple[str, set]]:
     return result
 
 
-def fast_render(series, labels: LabelCache) -> bytes:
+def fast_render(series: Prepared, labels: LabelCache) -> bytes:
+    layouts = Layouts(labels)
+    blocks = [pack_target(entries, labels.for_target(key, [e.jobid for e in entries]), layouts,
+                          rates) for key, entries, rates in series]
     buffer = io.BytesIO()
-    render_jobs([part for _, part in series], labels, buffer)
+    render_blocks(blocks, buffer)
     return buffer.getvalue()
 
 
-def prepared(texts: list[str], pattern: JobIdPattern, steps: int = 2):
-    """Parse, run the rate tracker over ``steps`` samples, attach label text."""
+def prepared(texts: list[str], pattern: JobIdPattern, steps: int = 2
+             ) -> tuple[Prepared, LabelCache]:
+    """Parse, and run the rate tracker over ``steps`` samples."""
     tracker = RateTracker()
-    labels = LabelCache(pattern)
-    series = []
+    series: Prepared = []
     for step in range(steps):
         series = []
         for text in texts:
             for target in parse_text(text, "t").targets:
                 key = (target.component, target.target)
-                rates = tracker.update(key, target.jobs, 1000.0 + step)
-                series.append((key, TargetSeries([("", e) for e in target.jobs], rates)))
-    label_text = labels.refresh((*key, e.jobid) for key, part in series for _, e in part.jobs)
-    for key, part in series:
-        part.jobs = [(label_text[(*key, e.jobid)], e) for _, e in part.jobs]
-    return series, labels
+                series.append((key, target.jobs, tracker.update(key, target.jobs,
+                                                                1000.0 + step)))
+    return series, LabelCache(pattern)
 
 
 @pytest.mark.parametrize("pattern", [None, PATTERN])
@@ -144,7 +143,7 @@ def test_any_job_id_renders_like_prometheus_client(jobid: str, operation: str) -
     text = (f'mdt.fs-MDT0000.job_stats=\n- job_id: "{escaped}"\n  snapshot_time: 5\n'
             f"  {operation}: {{ samples: 4, unit: usecs, min: 1, max: 1, sum: 4, sumsq: 4 }}\n")
     series, labels = prepared([text], JobIdPattern(None), steps=1)
-    if not series[0][1].jobs:  # an id that is only blanks decodes to empty: skipped
+    if not series[0][1]:  # an id that is only blanks decodes to empty: skipped
         assert not jobid.strip()
         return
     fast = fast_render(series, labels)

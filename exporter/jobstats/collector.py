@@ -1,15 +1,18 @@
 """The ``jobstats`` collector: Lustre job_stats of the MDTs/OSTs on this server, per job.
 
 A background thread samples every ``--jobstats.interval`` seconds (read -> parse -> limits ->
-rates -> exposition) and keeps the latest exposition as bytes; every scrape returns those same
-bytes. With ``--jobstats.interval=0`` a scrape samples, and scrapes that arrive meanwhile share
-that sample. Nothing that goes wrong while sampling fails the scrape: it shows in the health
-metrics (``lustre_jobstats_*``) and in the log.
+rates -> pack, one target at a time, then the exposition) and keeps the latest exposition as
+bytes; every scrape returns those same bytes. With ``--jobstats.interval=0`` a scrape samples,
+and scrapes that arrive meanwhile share that sample. An exposition above ``BIG_SNAPSHOT`` is
+dropped before the next one is built (scrapes then wait for the new one): two of them at once
+would double the exporter's memory on a big server. Nothing that goes wrong while sampling
+fails the scrape: it shows in the health metrics (``lustre_jobstats_*``) and in the log.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import heapq
 import io
 import logging
@@ -22,16 +25,30 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from exporter.collector import Collector, add_flag
 from exporter.exposition import render_families
-from exporter.jobstats.parser import BYTE_OPERATIONS, JobEntry, Target, parse_text
+from exporter.jobstats.parser import BYTE_OPERATIONS, U64_MAX, JobEntry, Target, iter_text
 from exporter.jobstats.rates import RateTracker
-from exporter.jobstats.render import LabelCache, TargetSeries, render_jobs
-from exporter.jobstats.sources import FileSource, LctlSource, ProcfsSource, RawText, Source
+from exporter.jobstats.render import LabelCache, Layouts, TargetBlock, pack_target, render_blocks
+from exporter.jobstats.sources import FileSource, LctlSource, ProcfsSource, Source
 from hpcmon.jobid import JobIdPattern
 
 log = logging.getLogger(__name__)
 
 TargetKey = tuple[str, str]  # (component, target)
 BIG_SNAPSHOT = 64 * 2**20
+M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
+
+
+def _big_blocks_straight_from_the_os() -> None:
+    """Make glibc map every block of 256 KiB or more on its own, and unmap it when freed.
+
+    A sample allocates and frees hundreds of MB in blocks of a few MB (file texts, packed
+    arrays, exposition chunks). glibc's default threshold rises to 32 MB after the first
+    such free, after which those blocks come from the heap, which rarely shrinks: the
+    exporter then keeps ~60 MB it no longer uses. Nothing happens off glibc."""
+    try:
+        ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, 256 * 1024)
+    except (OSError, AttributeError):
+        pass
 
 
 def _seconds(text: str) -> float:
@@ -83,9 +100,9 @@ def merge_duplicates(jobs: list[JobEntry]) -> list[JobEntry]:
                 first.ops[name] = op
                 continue
             first.ops[name] = type(op)(
-                have.samples + op.samples, have.unit,
+                min(have.samples + op.samples, U64_MAX), have.unit,
                 min(have.min, op.min) if have.samples and op.samples else have.min or op.min,
-                max(have.max, op.max), have.sum + op.sum,
+                max(have.max, op.max), min(have.sum + op.sum, U64_MAX),
                 None if have.sumsq is None or op.sumsq is None else have.sumsq + op.sumsq)
     return list(merged.values())
 
@@ -152,10 +169,12 @@ class JobstatsCollector(Collector):
 
     def __init__(self, options: argparse.Namespace) -> None:
         super().__init__(options)
+        _big_blocks_straight_from_the_os()
         self.source = self._make_source(options)
         self.settings = Settings(options.jobstats_interval, options.jobstats_rates,
                                  options.jobstats_operations, options.jobstats_max_jobs)
         self.labels = LabelCache(JobIdPattern(options.jobstats_jobid_pattern))
+        self.layouts = Layouts(self.labels, self.settings.operations)
         self.tracker = RateTracker()
         self._parse_errors: dict[TargetKey, int] = defaultdict(int)
         self._dropped: dict[tuple[str, str, str], int] = defaultdict(int)
@@ -194,13 +213,21 @@ class JobstatsCollector(Collector):
     def _run(self) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
-            self.sample()
+            try:
+                self.sample()
+            except Exception:  # noqa: BLE001 - the sampler must outlive any one bad sample
+                log.exception("jobstats sampler")
             self._stop.wait(max(0.0, self.settings.interval - (time.monotonic() - started)))
 
     def exposition(self) -> bytes:
         if self.settings.interval > 0 and self._thread is not None:
-            self._ready.wait(timeout=self.source_timeout() + 5)
-            return self._snapshot
+            # Empty only before the first sample, or while a big one replaces the last.
+            deadline = time.monotonic() + self.source_timeout() + 5
+            while not (snapshot := self._snapshot):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._ready.wait(remaining):
+                    break
+            return snapshot
         arrived = self._generation
         with self._sample_lock:
             if self._generation != arrived:  # another scrape sampled while we waited
@@ -217,8 +244,10 @@ class JobstatsCollector(Collector):
 
     def _sample_locked(self) -> bytes:
         started = time.perf_counter()
-        if len(self._snapshot) > BIG_SNAPSHOT and self.settings.interval == 0:
-            self._snapshot = b""  # nobody reads it while we sample: do not hold two
+        if len(self._snapshot) > BIG_SNAPSHOT:
+            # Never two big expositions at once: scrapes wait for the new one instead.
+            self._ready.clear()
+            self._snapshot = b""
         buffer = io.BytesIO()
         try:
             self._collect(time.time(), buffer)
@@ -238,40 +267,58 @@ class JobstatsCollector(Collector):
 
     # ------------------------------------------------------------------ one sample
     def _collect(self, wall_clock: float, buffer: io.BytesIO) -> None:
+        """Read, parse and pack one target at a time (its text and records are freed before
+        the next), then write the families from the packed targets."""
         up = GaugeMetricFamily("lustre_jobstats_up",
                                "Whether the target's job_stats could be read (per source when "
                                "nothing was read).", labels=["component", "target", "source"])
         jobs_gauge = GaugeMetricFamily("lustre_jobstats_jobs",
                                        "Job entries the target listed in the last sample.",
                                        labels=["component", "target"])
-        series: list[TargetSeries] = []
+        blocks: list[TargetBlock] = []
         present: list[TargetKey] = []
+        read_from: dict[str, list[TargetKey]] = {}  # origin -> its targets in this sample
+        failed: list[str] = []  # sources not read: their targets keep their history
         for raw in self.source.read():
-            targets = self._parse(raw)
-            for target in targets:
+            origin, text = raw.origin, raw.text
+            raw.text = None  # ``text`` is the only reference left: freed once parsed
+            if text is None:
+                self._warn(raw.error or f"{origin}: unreadable")
+                failed.append(origin)
+                continue
+            errors: list[str] = []
+            read_here = read_from.setdefault(origin, [])
+            for target in iter_text(text, origin, errors, raw.component, raw.target):
                 key = (target.component, target.target)
+                self._count_errors(key, target)
                 if key in present:
-                    self._warn(f"{raw.origin}: {key[0]} {key[1]} already read from another "
+                    self._warn(f"{origin}: {key[0]} {key[1]} already read from another "
                                "source; ignored")
                     self._parse_errors[key] += 1
                     continue
                 present.append(key)
-                self._parse_errors[key] += 0  # every target has the counter, from zero
-                up.add_metric([*key, raw.origin], 1)
+                read_here.append(key)
+                up.add_metric([*key, origin], 1)
                 jobs_gauge.add_metric(list(key), len(target.jobs))
-                series.append(self._target_series(target, wall_clock))
-            if raw.text is None:
-                for key in self._known.get(raw.origin) or [("", "")]:
-                    up.add_metric([*key, raw.origin], 0)
-            elif not targets:
-                up.add_metric(["", "", raw.origin], 0)
-        self.tracker.forget_except(present)
-        keys = [(*key, entry.jobid) for key, part in zip(present, series, strict=True)
-                for _, entry in part.jobs]
-        label_text = self.labels.refresh(keys)
-        for key, part in zip(present, series, strict=True):
-            part.jobs = [(label_text[(*key, entry.jobid)], entry) for _, entry in part.jobs]
-        render_jobs(series, self.labels, buffer, self.settings.operations)
+                blocks.append(self._pack(target, wall_clock))
+            del text
+            for message in errors:
+                self._warn(message)
+                self._parse_errors[("", "")] += 1
+        unread: list[TargetKey] = []
+        for origin in failed:
+            unread += self._known.get(origin, [])
+            for key in self._known.get(origin) or [("", "")]:
+                up.add_metric([*key, origin], 0)
+        for origin, keys in read_from.items():
+            self._known[origin] = keys
+            if not keys:
+                up.add_metric(["", "", origin], 0)
+        kept = present + unread
+        self.tracker.forget_except(kept)
+        self.labels.forget_except(kept)
+        render_blocks(blocks, buffer)
+        del blocks
         buffer.write(render_families([up, jobs_gauge, *self._health_families()]))
 
     def _warn(self, message: str) -> None:
@@ -284,26 +331,17 @@ class JobstatsCollector(Collector):
         self._warned.add(message)
         log.warning("jobstats: %s", message)
 
-    def _parse(self, raw: RawText) -> list[Target]:
-        if raw.text is None:
-            self._warn(raw.error or f"{raw.origin}: unreadable")
-            return []
-        parsed = parse_text(raw.text, raw.origin, raw.component, raw.target)
-        for message in parsed.errors:
+    def _count_errors(self, key: TargetKey, target: Target) -> None:
+        self._parse_errors[key] += target.malformed  # every target has the counter, from 0
+        for message in target.errors:
             self._warn(message)
-            self._parse_errors[("", "")] += 1
-        for target in parsed.targets:
-            if target.malformed:
-                self._parse_errors[(target.component, target.target)] += target.malformed
-                for message in target.errors:
-                    self._warn(message)
-        self._known[raw.origin] = [(t.component, t.target) for t in parsed.targets]
-        return parsed.targets
 
-    def _target_series(self, target: Target, wall_clock: float) -> TargetSeries:
+    def _pack(self, target: Target, wall_clock: float) -> TargetBlock:
+        """Merge, rates, limits, then the packed form the exposition is written from."""
         key = (target.component, target.target)
         jobs = merge_duplicates(target.jobs)
-        rates = self.tracker.update(key, jobs, wall_clock) if self.settings.rates else {}
+        target.jobs = []
+        rates = self.tracker.update(key, jobs, wall_clock) if self.settings.rates else None
         operations = self.settings.operations
         if operations is not None:
             filtered = sum(series_per_job(entry, self.settings.rates, None)
@@ -319,7 +357,8 @@ class JobstatsCollector(Collector):
                 series_per_job(entry, self.settings.rates, operations)
                 for entry in jobs if entry.jobid not in kept_ids)
             jobs = [entry for entry in jobs if entry.jobid in kept_ids]
-        return TargetSeries([("", entry) for entry in jobs], rates)
+        labels = self.labels.for_target(key, [entry.jobid for entry in jobs])
+        return pack_target(jobs, labels, self.layouts, rates)
 
     def _health_families(self) -> list:
         errors = CounterMetricFamily("lustre_jobstats_parse_errors",

@@ -11,6 +11,7 @@ rest of its target is kept. Nothing here raises on bad input.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from hpcmon.jobid import decode_lustre_jobid
@@ -18,6 +19,7 @@ from hpcmon.jobid import decode_lustre_jobid
 # Operations whose ``sum`` is a byte count (the others count calls, ``usecs`` sums latency).
 BYTE_OPERATIONS = ("read_bytes", "write_bytes")
 MAX_ERROR_MESSAGES = 20
+U64_MAX = 2**64 - 1  # Lustre's counters are u64
 
 # One operation line. ``\s`` between fields also accepts a value wrapped onto the next line.
 # Numbers are u64 in Lustre: more than 20 digits is not a counter, so the line is malformed.
@@ -107,9 +109,13 @@ def _header_time(line: str) -> tuple[str, float | None] | None:
 
 def _op_stats(samples: str, unit: str, low: str, high: str, total: str, sumsq: str) -> OpStats:
     if not low:
-        return OpStats(int(samples), unit, 0, 0, 0, None)
-    return OpStats(int(samples), unit, int(low), int(high), int(total),
-                   int(sumsq) if sumsq else None)
+        stats = OpStats(int(samples), unit, 0, 0, 0, None)
+    else:
+        stats = OpStats(int(samples), unit, int(low), int(high), int(total),
+                        int(sumsq) if sumsq else None)
+    if max(stats.samples, stats.max, stats.sum) > U64_MAX:  # min <= max; sumsq is not used
+        raise _Unreadable(f"a value above 2^64-1 in {unit!r} operation")
+    return stats
 
 
 # Most operation lines repeat verbatim between jobs and between samples (idle operations,
@@ -132,7 +138,7 @@ def _scan_lines(body: str) -> tuple[dict[str, OpStats], dict[str, float | None]]
         hit = cache.get(line)
         if hit is None:
             if "{" not in line:
-                header = _header_time(line)
+                header = _header_time(line) if "_time" in line else None
                 if header is not None:
                     if header[1] is None:
                         raise _Unreadable(f"bad {header[0]} {line.strip()[:60]!r}")
@@ -241,30 +247,61 @@ def target_from_path(path: str) -> tuple[str, str]:
     return component, (found.group(1) if found else name.rsplit(".", 1)[0] or "unknown")
 
 
-def parse_get_param(text: str, origin: str) -> ParsedText:
-    """``lctl get_param ...`` output: every ``*.job_stats=`` parameter, others ignored."""
-    targets: list[Target] = []
-    errors: list[str] = []
-    params = list(_PARAM.finditer(text))
+def _param_starts(text: str) -> list[re.Match[str]]:
+    """Every ``name=`` that starts a line. Found from the ``=`` signs (rare in job_stats
+    text): a multi-line regex search would try every character of a text of 100+ MB."""
+    found = []
+    at = text.find("=")
+    while at >= 0:  # only the first ``=`` of a line can end a name: one look per line
+        match = _PARAM.match(text, text.rfind("\n", 0, at) + 1)
+        if match is not None and match.end() == at + 1:
+            found.append(match)
+        line_end = text.find("\n", at)
+        at = text.find("=", line_end) if line_end >= 0 else -1
+    return found
+
+
+def iter_get_param(text: str, origin: str, errors: list[str],
+                   params: list[re.Match[str]] | None = None) -> Iterator[Target]:
+    """``lctl get_param ...`` output: every ``*.job_stats=`` parameter, others ignored.
+
+    One target at a time, so a caller can pack each before the next is parsed."""
+    params = _param_starts(text) if params is None else params
+    found = False
     for number, match in enumerate(params):
         where = target_from_param(match.group(1))
         if where is None:
             continue
+        found = True
         end = params[number + 1].start() if number + 1 < len(params) else len(text)
-        targets.append(parse_job_stats(text[match.end():end], where[0], where[1], origin))
-    if not targets and text.strip():
+        yield parse_job_stats(text[match.end():end], where[0], where[1], origin)
+    if not found and text.strip():
         errors.append(f"{origin}: no '<mdt|obdfilter>.<target>.job_stats=' parameter found")
-    return ParsedText(targets, errors)
+
+
+def parse_get_param(text: str, origin: str) -> ParsedText:
+    errors: list[str] = []
+    return ParsedText(list(iter_get_param(text, origin, errors)), errors)
+
+
+def iter_text(text: str, origin: str, errors: list[str], component: str | None = None,
+              target: str | None = None) -> Iterator[Target]:
+    """Either ``lctl get_param`` output or a bare ``job_stats`` file named by ``origin``,
+    target by target; problems that belong to no target are appended to ``errors``."""
+    try:
+        params = _param_starts(text) if component is None else []
+        if params:
+            yield from iter_get_param(text, origin, errors, params)
+            return
+        if component is None or target is None:
+            component, target = target_from_path(origin)
+        yield parse_job_stats(text, component, target, origin)
+    except Exception as exc:  # noqa: BLE001 - a parser bug must not take the scrape down
+        errors.append(f"{origin}: internal parser error: {exc!r}")
 
 
 def parse_text(text: str, origin: str, component: str | None = None,
                target: str | None = None) -> ParsedText:
-    """Either ``lctl get_param`` output or a bare ``job_stats`` file named by ``origin``."""
-    try:
-        if component is None and _PARAM.search(text) is not None:
-            return parse_get_param(text, origin)
-        if component is None or target is None:
-            component, target = target_from_path(origin)
-        return ParsedText([parse_job_stats(text, component, target, origin)], [])
-    except Exception as exc:  # noqa: BLE001 - a parser bug must not take the scrape down
-        return ParsedText([], [f"{origin}: internal parser error: {exc!r}"])
+    """All of ``iter_text`` at once."""
+    errors: list[str] = []
+    return ParsedText(list(iter_text(text, origin, errors, component, target)), errors)

@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import glob
 import os
+import re
+import selectors
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 LCTL_PARAMS = ("mdt.*.job_stats", "obdfilter.*.job_stats")
+# A line that starts a parameter in ``lctl get_param`` output (``name=``), after its newline.
+_PARAM_START = re.compile(rb"\n[A-Za-z_][\w.-]*=")
 MAX_ERROR_TEXT = 300
 
 
@@ -47,36 +52,79 @@ def _read_file(path: str) -> tuple[str | None, str | None]:
 
 
 class LctlSource:
-    """``lctl get_param mdt.*.job_stats obdfilter.*.job_stats`` with a timeout."""
+    """``lctl get_param mdt.*.job_stats obdfilter.*.job_stats`` with a timeout.
+
+    The output is cut into pieces at parameter starts while it is read (a piece is a few MB:
+    one or more whole targets), so a big server's output is never held twice (bytes, then
+    text) and each piece is freed once parsed."""
+
+    PIECE_BYTES = 8 << 20
 
     def __init__(self, lctl: str = "lctl", timeout: float = 10.0) -> None:
         self.command = [lctl, "get_param", *LCTL_PARAMS]
         self.timeout = timeout
 
     def read(self) -> Iterator[RawText]:
-        yield self._run()
+        pieces, error = self._run()
+        if error is not None:
+            yield RawText("lctl", None, error)
+            return
+        pieces.reverse()
+        while pieces:
+            yield RawText("lctl", pieces.pop())
 
-    def _run(self) -> RawText:
+    def _run(self) -> tuple[list[str], str | None]:
+        name = self.command[0]
         try:
             proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     start_new_session=True)
         except OSError as exc:
-            return RawText("lctl", None, f"cannot run {self.command[0]}: {exc.strerror or exc}")
+            return [], f"cannot run {name}: {exc.strerror or exc}"
+        late = f"{name} did not answer within {self.timeout:g} s; killed"
+        deadline = time.monotonic() + self.timeout
+        pieces: list[str] = []
+        pending, errors = bytearray(), bytearray()
+        scanned = cut = 0  # pending[:scanned] searched; cut: last parameter start in it
         try:
-            out, err = proc.communicate(timeout=self.timeout)
+            with selectors.DefaultSelector() as selector:
+                selector.register(proc.stdout, selectors.EVENT_READ)
+                selector.register(proc.stderr, selectors.EVENT_READ)
+                while selector.get_map():
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return [], late
+                    for key, _ in selector.select(remaining):
+                        data = os.read(key.fd, 1 << 20)
+                        if not data:
+                            selector.unregister(key.fileobj)
+                        elif key.fileobj is proc.stderr:
+                            errors += data[:MAX_ERROR_TEXT - len(errors)]
+                        else:
+                            pending += data
+                            start = max(pending.rfind(b"\n", 0, scanned), 0)
+                            for match in _PARAM_START.finditer(pending, start):
+                                cut = match.start() + 1
+                            scanned = len(pending)
+                            if len(pending) >= self.PIECE_BYTES and cut:
+                                pieces.append(pending[:cut].decode("utf-8", "replace"))
+                                del pending[:cut]
+                                scanned, cut = len(pending), 0
+            proc.wait(max(deadline - time.monotonic(), 0.001))
         except subprocess.TimeoutExpired:
-            self._kill(proc)
-            return RawText("lctl", None, f"{self.command[0]} did not answer within "
-                                         f"{self.timeout:g} s; killed")
-        text = out.decode("utf-8", "replace")
-        if proc.returncode != 0 and not text.strip():
-            message = err.decode("utf-8", "replace").strip()[:MAX_ERROR_TEXT]
-            return RawText("lctl", None, f"{self.command[0]} exited with {proc.returncode}: "
-                                         f"{message or 'no output'}")
+            return [], late
+        finally:
+            if proc.returncode is None:
+                self._kill(proc)
+            proc.stdout.close()
+            proc.stderr.close()
+        pieces.append(pending.decode("utf-8", "replace"))
+        if proc.returncode != 0 and not any(piece.strip() for piece in pieces):
+            message = errors.decode("utf-8", "replace").strip()[:MAX_ERROR_TEXT]
+            return [], f"{name} exited with {proc.returncode}: {message or 'no output'}"
         # A non-zero exit with output is normal on a server that has OSTs but no MDT:
         # lctl complains about the pattern that matched nothing and prints the rest.
-        return RawText("lctl", text)
+        return pieces, None
 
     @staticmethod
     def _kill(proc: subprocess.Popen[bytes]) -> None:
@@ -85,7 +133,7 @@ class LctlSource:
         except OSError:
             proc.kill()
         try:
-            proc.communicate(timeout=2)
+            proc.wait(timeout=2)
         except subprocess.TimeoutExpired:
             pass
 
@@ -101,8 +149,8 @@ class ProcfsSource:
         for kind, component in (("mdt", "mdt"), ("obdfilter", "ost")):
             for path in sorted(glob.glob(str(self.root / kind / "*" / "job_stats"))):
                 found = True
-                text, error = _read_file(path)
-                yield RawText(path, text, error, component, Path(path).parent.name)
+                # No local name keeps the text: the caller frees it once parsed.
+                yield RawText(path, *_read_file(path), component, Path(path).parent.name)
         if not found:
             yield RawText(str(self.root), None,
                           f"no job_stats under {self.root}/{{mdt,obdfilter}}/*/")
@@ -120,5 +168,4 @@ class FileSource:
         if not paths:
             yield RawText(self.pattern, None, f"{self.pattern}: no file matches")
         for path in paths:
-            text, error = _read_file(path)
-            yield RawText(path, text, error)
+            yield RawText(path, *_read_file(path))
