@@ -25,6 +25,7 @@ from hpcmon.servers import (
     free_port,
     run_influxdb1,
     run_prometheus,
+    stop_process,
     wait_http,
 )
 
@@ -241,11 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\nstopping")
     finally:
         stop.set()
-        exporter.terminate()
-        try:
-            exporter.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            exporter.kill()
+        stop_process(exporter)
         exporter_log.close()
     return 0
 

@@ -11,5 +11,6 @@ from hpcmon.servers import (  # noqa: F401
     run_influxdb1,
     run_prometheus,
     run_victoria_metrics,
+    stop_process,
     wait_http,
 )

@@ -21,7 +21,7 @@ from exporter.cli import Exporter
 from exporter.collector import Collector
 from exporter.web import WebConfig, load_web_config, make_server
 from hpcmon.config import ConfigError
-from tests.servers import free_port
+from tests.servers import free_port, stop_process
 
 BODY = b"# HELP demo_value A value.\n# TYPE demo_value gauge\ndemo_value 1.0\n"
 
@@ -239,5 +239,4 @@ def test_prometheus_scrapes_through_tls_and_basic_auth(
         bad = next(t for t in prom.targets() if t["labels"]["job"] == "bad")
         assert "401" in bad["lastError"]
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        stop_process(proc)

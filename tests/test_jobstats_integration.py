@@ -49,12 +49,7 @@ def exporter(tmp_path_factory) -> Iterator[Exporter]:
         servers.wait_http(f"http://127.0.0.1:{port}/metrics", proc, log, timeout=30)
         yield Exporter(port, proc, path)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        servers.stop_process(proc)
 
 
 def scrape(exporter: Exporter) -> dict[tuple[str, frozenset], float]:
