@@ -48,10 +48,27 @@ from exporter.jobstats.parser import parse_text  # noqa: E402
 DATA = REPO / "tests" / "data" / "jobstats"
 REAL = sorted(DATA.glob("*pr149*lustre2.12.5.txt"))
 RESULTS = REPO / "bench-results" / "jobstats.json"
-TARGETS = {"real_scrape_s": 0.3, "real_speedup_vs_yaml": 10.0, "synthetic_scrape_s": 5.0,
-           "synthetic_rss_mb": 600.0}
-OST_OPS_215 = ("read", "write", "getattr", "setattr", "punch", "sync", "destroy", "create",
-               "statfs", "get_info", "set_info", "quotactl", "prealloc")
+TARGETS = {
+    "real_scrape_s": 0.3,
+    "real_speedup_vs_yaml": 10.0,
+    "synthetic_scrape_s": 5.0,
+    "synthetic_rss_mb": 600.0,
+}
+OST_OPS_215 = (
+    "read",
+    "write",
+    "getattr",
+    "setattr",
+    "punch",
+    "sync",
+    "destroy",
+    "create",
+    "statfs",
+    "get_info",
+    "set_info",
+    "quotactl",
+    "prealloc",
+)
 _SAFE_ID = re.compile(r"[A-Za-z0-9.@_:/-]*")
 
 
@@ -66,6 +83,7 @@ def real_tree(root: Path) -> None:
 
 def grow(root: Path, step: int) -> None:
     """Every non-zero ``samples``/``sum`` grows, and snapshot_time moves on by 10 s."""
+
     def bump(match: re.Match[str]) -> str:
         value = int(match.group(2))
         return f"{match.group(1)}{value + step * (1 + value // 1000) if value else 0}"
@@ -73,8 +91,9 @@ def grow(root: Path, step: int) -> None:
     for path in sorted(root.glob("fs/lustre/*/*/job_stats")):
         text = path.read_text()
         text = re.sub(r"(\b(?:samples|sum):\s*)(\d+)", bump, text)
-        text = re.sub(r"(snapshot_time:\s*)(\d+)", lambda m: f"{m.group(1)}{int(m.group(2)) + 10}",
-                      text)
+        text = re.sub(
+            r"(snapshot_time:\s*)(\d+)", lambda m: f"{m.group(1)}{int(m.group(2)) + 10}", text
+        )
         path.write_text(text)
 
 
@@ -82,14 +101,17 @@ def _quoted(jobid: str) -> str:
     """Lustre 2.15.2+ quoting: ids with other characters are quoted and \\xHH-escaped."""
     if _SAFE_ID.fullmatch(jobid) and not jobid.startswith("@"):
         return jobid
-    return '"' + "".join(c if _SAFE_ID.fullmatch(c) else f"\\x{ord(c):02x}"
-                         for c in jobid) + '"'
+    return '"' + "".join(c if _SAFE_ID.fullmatch(c) else f"\\x{ord(c):02x}" for c in jobid) + '"'
 
 
 def synthetic_tree(root: Path, osts: int, jobs_per_ost: int) -> int:
     """2.15-layout targets built from the real records (values and ids reused)."""
-    records = [job for path in REAL for t in parse_text(path.read_text(), str(path)).targets
-               for job in t.jobs]
+    records = [
+        job
+        for path in REAL
+        for t in parse_text(path.read_text(), str(path)).targets
+        for job in t.jobs
+    ]
     base_ids = sorted({job.jobid for job in records})
     written = 0
     for ost in range(osts):
@@ -100,23 +122,29 @@ def synthetic_tree(root: Path, osts: int, jobs_per_ost: int) -> int:
             jobid = base_ids[n % len(base_ids)][: 31 - len(suffix)] + suffix
             snapshot = 1723114647.887515895 + n % 60
             start = snapshot - 3600 - n % 1000
-            lines += [f"- job_id:          {_quoted(jobid)}",
-                      f"  snapshot_time:   {snapshot:.9f} secs.nsecs",
-                      f"  start_time:      {start:.9f} secs.nsecs",
-                      f"  elapsed_time:    {snapshot - start:.9f} secs.nsecs"]
+            lines += [
+                f"- job_id:          {_quoted(jobid)}",
+                f"  snapshot_time:   {snapshot:.9f} secs.nsecs",
+                f"  start_time:      {start:.9f} secs.nsecs",
+                f"  elapsed_time:    {snapshot - start:.9f} secs.nsecs",
+            ]
             for name in ("read_bytes", "write_bytes"):
                 op = job.ops[name]
                 hist = f"{{ 4K: {op.samples} }}" if op.samples else "{  }"
-                lines.append(f"  {name + ':':<17}{{ samples: {op.samples:>11}, unit: bytes, "
-                             f"min: {op.min:>8}, max: {op.max:>8}, sum: {op.sum:>16}, "
-                             f"sumsq: {op.max * op.sum:>18}, hist: {hist} }}")
+                lines.append(
+                    f"  {name + ':':<17}{{ samples: {op.samples:>11}, unit: bytes, "
+                    f"min: {op.min:>8}, max: {op.max:>8}, sum: {op.sum:>16}, "
+                    f"sumsq: {op.max * op.sum:>18}, hist: {hist} }}"
+                )
             for name in OST_OPS_215:
                 source = {"read": "read_bytes", "write": "write_bytes"}.get(name, name)
                 calls = job.ops[source].samples if source in job.ops else 0
                 low, high = (12, 90) if calls else (0, 0)
-                lines.append(f"  {name + ':':<17}{{ samples: {calls:>11}, unit: usecs, "
-                             f"min: {low:>8}, max: {high:>8}, sum: {calls * 37:>16}, "
-                             f"sumsq: {calls * 1900:>18} }}")
+                lines.append(
+                    f"  {name + ':':<17}{{ samples: {calls:>11}, unit: usecs, "
+                    f"min: {low:>8}, max: {high:>8}, sum: {calls * 37:>16}, "
+                    f"sumsq: {calls * 1900:>18} }}"
+                )
             written += 1
         folder = root / "fs" / "lustre" / "obdfilter" / f"synth-OST{ost:04x}"
         folder.mkdir(parents=True, exist_ok=True)
@@ -128,8 +156,11 @@ def synthetic_tree(root: Path, osts: int, jobs_per_ost: int) -> int:
 def collector_for(root: Path) -> JobstatsCollector:
     options = argparse.ArgumentParser()
     JobstatsCollector.add_arguments(options)
-    return JobstatsCollector(options.parse_args(
-        ["--jobstats.source", "procfs", "--path.procfs", str(root), "--jobstats.interval", "0"]))
+    return JobstatsCollector(
+        options.parse_args(
+            ["--jobstats.source", "procfs", "--path.procfs", str(root), "--jobstats.interval", "0"]
+        )
+    )
 
 
 CPU_TIMES: list[float] = []  # process CPU seconds of each timed call, next to wall time
@@ -161,10 +192,14 @@ def scrape_scenarios(root: Path, repeats: int, changing: bool) -> dict[str, floa
     for _ in range(repeats):
         seconds, body = timed(collector.sample)
         same.append(seconds)
-    result = {"cold_s": cold, "same_median_s": statistics.median(same),
-              "same_cpu_median_s": statistics.median(CPU_TIMES),
-              "series": body.count(b"\n") - body.count(b"\n#"), "bytes": len(body),
-              "first_sample_series": first.count(b"\n") - first.count(b"\n#")}
+    result = {
+        "cold_s": cold,
+        "same_median_s": statistics.median(same),
+        "same_cpu_median_s": statistics.median(CPU_TIMES),
+        "series": body.count(b"\n") - body.count(b"\n#"),
+        "bytes": len(body),
+        "first_sample_series": first.count(b"\n") - first.count(b"\n#"),
+    }
     if changing:
         moving = []
         CPU_TIMES.clear()
@@ -198,9 +233,26 @@ def exporter_process(root: Path, scrapes: int) -> dict[str, float]:
     others = [f"--no-collector.{name}" for name in available_collectors() if name != "jobstats"]
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter", "--web.listen-address", f"127.0.0.1:{port}",
-         "--jobstats.source", "procfs", "--path.procfs", str(root), "--jobstats.interval", "0",
-         "--log.level", "warn", *others], cwd=REPO, env=env, stdout=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "exporter",
+            "--web.listen-address",
+            f"127.0.0.1:{port}",
+            "--jobstats.source",
+            "procfs",
+            "--path.procfs",
+            str(root),
+            "--jobstats.interval",
+            "0",
+            "--log.level",
+            "warn",
+            *others,
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     url = f"http://127.0.0.1:{port}/metrics"
     try:
@@ -222,10 +274,14 @@ def exporter_process(root: Path, scrapes: int) -> dict[str, float]:
                 while chunk := response.read(1 << 20):
                     size += len(chunk)
             times.append(time.perf_counter() - started)
-        return {"http_scrape_first_s": times[0], "http_scrape_median_s": statistics.median(times),
-                "http_bytes": size, "exporter_idle_rss_mb": idle_mb,
-                "exporter_peak_rss_mb": _status_mb(proc.pid, "VmHWM"),
-                "exporter_rss_after_mb": _status_mb(proc.pid, "VmRSS")}
+        return {
+            "http_scrape_first_s": times[0],
+            "http_scrape_median_s": statistics.median(times),
+            "http_bytes": size,
+            "exporter_idle_rss_mb": idle_mb,
+            "exporter_peak_rss_mb": _status_mb(proc.pid, "VmHWM"),
+            "exporter_rss_after_mb": _status_mb(proc.pid, "VmRSS"),
+        }
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -237,8 +293,12 @@ def main() -> int:
     args = cli.parse_args()
     repeats = 3 if args.quick else 7
     jobs_per_ost = 2_000 if args.quick else 10_000
-    results: dict[str, object] = {"quick": args.quick, "repeats": repeats,
-                                  "python": sys.version.split()[0], "targets": TARGETS}
+    results: dict[str, object] = {
+        "quick": args.quick,
+        "repeats": repeats,
+        "python": sys.version.split()[0],
+        "targets": TARGETS,
+    }
     with tempfile.TemporaryDirectory(prefix="bench-jobstats-") as tmp:
         real = Path(tmp) / "real"
         real_tree(real)
@@ -270,8 +330,11 @@ def main() -> int:
         synth_result["yaml_jobs_one_ost"] = jobs
         results["synthetic"] = synth_result
 
-    worst_real = max(real_result["same_median_s"], real_result["changing_median_s"],
-                     real_result["http_scrape_median_s"])
+    worst_real = max(
+        real_result["same_median_s"],
+        real_result["changing_median_s"],
+        real_result["http_scrape_median_s"],
+    )
     results["real_speedup_vs_yaml"] = yaml_median / worst_real
     print_table(results, worst_real)
     RESULTS.parent.mkdir(exist_ok=True)
@@ -288,47 +351,91 @@ def print_table(results: dict, worst_real: float) -> None:
 
     rows = []
     for data, title, target in (
-            (real, f"6 real 2.12.5 OSTs, {real['series']:,} series", "< 0.3 s, >= 10x"),
-            (synth, f"synthetic 2.15, 8 OSTs x {synth['jobs'] // 8:,} jobs, "
-                    f"{synth['series']:,} series", "< 5 s")):
+        (real, f"6 real 2.12.5 OSTs, {real['series']:,} series", "< 0.3 s, >= 10x"),
+        (
+            synth,
+            f"synthetic 2.15, 8 OSTs x {synth['jobs'] // 8:,} jobs, {synth['series']:,} series",
+            "< 5 s",
+        ),
+    ):
         base = data.get("yaml_csafeloader_median_s") or data["yaml_csafeloader_estimate_s"]
         estimated = "yaml_csafeloader_estimate_s" in data
         rows += [
             (title, None, None, "", ""),
-            ("  YAML CSafeLoader, parse only" + (" (1 OST x 8)" if estimated else ""), base,
-             None, "baseline", ""),
-            ("  exporter process, HTTP scrape, median", data["http_scrape_median_s"], None,
-             f"{base / data['http_scrape_median_s']:.1f}x", target),
-            ("  exporter process, HTTP scrape, first", data["http_scrape_first_s"], None,
-             f"{base / data['http_scrape_first_s']:.1f}x", ""),
+            (
+                "  YAML CSafeLoader, parse only" + (" (1 OST x 8)" if estimated else ""),
+                base,
+                None,
+                "baseline",
+                "",
+            ),
+            (
+                "  exporter process, HTTP scrape, median",
+                data["http_scrape_median_s"],
+                None,
+                f"{base / data['http_scrape_median_s']:.1f}x",
+                target,
+            ),
+            (
+                "  exporter process, HTTP scrape, first",
+                data["http_scrape_first_s"],
+                None,
+                f"{base / data['http_scrape_first_s']:.1f}x",
+                "",
+            ),
             ("  sample(), first", data["cold_s"], None, f"{base / data['cold_s']:.1f}x", ""),
-            ("  sample(), files unchanged", data["same_median_s"], data["same_cpu_median_s"],
-             f"{base / data['same_median_s']:.1f}x", ""),
+            (
+                "  sample(), files unchanged",
+                data["same_median_s"],
+                data["same_cpu_median_s"],
+                f"{base / data['same_median_s']:.1f}x",
+                "",
+            ),
         ]
         if "changing_median_s" in data:
-            rows.append(("  sample(), counters moving", data["changing_median_s"],
-                         data["changing_cpu_median_s"],
-                         f"{base / data['changing_median_s']:.1f}x", ""))
+            rows.append(
+                (
+                    "  sample(), counters moving",
+                    data["changing_median_s"],
+                    data["changing_cpu_median_s"],
+                    f"{base / data['changing_median_s']:.1f}x",
+                    "",
+                )
+            )
         if "parse_only_cold_median_s" in data:
-            rows.append(("  our parse only, cold cache", data["parse_only_cold_median_s"], None,
-                         f"{base / data['parse_only_cold_median_s']:.1f}x", ""))
+            rows.append(
+                (
+                    "  our parse only, cold cache",
+                    data["parse_only_cold_median_s"],
+                    None,
+                    f"{base / data['parse_only_cold_median_s']:.1f}x",
+                    "",
+                )
+            )
     print(f"\n{'measurement (medians)':<58}{'wall':>10}{'cpu':>10}{'vs YAML':>9}  target")
     for name, wall, cpu, ratio, target in rows:
         print(f"{name:<58}{secs(wall):>10}{secs(cpu):>10}{ratio:>9}  {target}")
     print("\nexporter process memory (real / synthetic)")
-    for key, label, target in (("exporter_peak_rss_mb", "peak RSS (VmHWM), sampling + serving",
-                                "< 600 MB synthetic"),
-                               ("exporter_rss_after_mb", "RSS after the last scrape", ""),
-                               ("exporter_idle_rss_mb", "RSS before the first scrape", "")):
+    for key, label, target in (
+        ("exporter_peak_rss_mb", "peak RSS (VmHWM), sampling + serving", "< 600 MB synthetic"),
+        ("exporter_rss_after_mb", "RSS after the last scrape", ""),
+        ("exporter_idle_rss_mb", "RSS before the first scrape", ""),
+    ):
         print(f"  {label:<56}{real[key]:>6.0f} / {synth[key]:.0f} MB  {target}")
-    print(f"  {'exposition size':<56}{real['http_bytes'] / 2**20:>6.0f} / "
-          f"{synth['http_bytes'] / 2**20:.0f} MB")
-    ok = (worst_real < TARGETS["real_scrape_s"]
-          and results["real_speedup_vs_yaml"] >= TARGETS["real_speedup_vs_yaml"]
-          and synth["http_scrape_median_s"] < TARGETS["synthetic_scrape_s"]
-          and synth["exporter_peak_rss_mb"] < TARGETS["synthetic_rss_mb"])
-    print(f"\ntargets {'met' if ok else 'NOT all met'} on wall time "
-          f"(load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+    print(
+        f"  {'exposition size':<56}{real['http_bytes'] / 2**20:>6.0f} / "
+        f"{synth['http_bytes'] / 2**20:.0f} MB"
+    )
+    ok = (
+        worst_real < TARGETS["real_scrape_s"]
+        and results["real_speedup_vs_yaml"] >= TARGETS["real_speedup_vs_yaml"]
+        and synth["http_scrape_median_s"] < TARGETS["synthetic_scrape_s"]
+        and synth["exporter_peak_rss_mb"] < TARGETS["synthetic_rss_mb"]
+    )
+    print(
+        f"\ntargets {'met' if ok else 'NOT all met'} on wall time "
+        f"(load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)"
+    )
 
 
 if __name__ == "__main__":

@@ -20,8 +20,10 @@ def main(argv: list[str]) -> int:
         print(f"\n######## {script.stem}", flush=True)
         started = time.perf_counter()
         code = subprocess.call([sys.executable, str(script)], cwd=HERE.parent)
-        print(f"######## {script.stem}: exit {code}, {time.perf_counter() - started:.1f} s",
-              flush=True)
+        print(
+            f"######## {script.stem}: exit {code}, {time.perf_counter() - started:.1f} s",
+            flush=True,
+        )
         if code:
             failed.append(script.stem)
     print(f"\nresults: {HERE.parent / 'bench-results'}/*.json")

@@ -21,10 +21,14 @@ from exporter.jobstats.rates import RateTracker
 
 DATA = Path(__file__).parent / "data" / "jobstats"
 DDN_OST = DATA / "whamcloud_lustrefs-exporter__fixtures_jobstats_only_2.14.0_162.txt"
-HP_OST = DATA / ("HewlettPackard_lustre_exporter__proc_fs_lustre_obdfilter_lustrefs-OST0000_"
-                 "job_stats__lustre2.10.1.txt")
-HP_MDT = DATA / ("HewlettPackard_lustre_exporter__proc_fs_lustre_mdt_lustrefs-MDT0000_"
-                 "job_stats__lustre2.10.1.txt")
+HP_OST = DATA / (
+    "HewlettPackard_lustre_exporter__proc_fs_lustre_obdfilter_lustrefs-OST0000_"
+    "job_stats__lustre2.10.1.txt"
+)
+HP_MDT = DATA / (
+    "HewlettPackard_lustre_exporter__proc_fs_lustre_mdt_lustrefs-MDT0000_"
+    "job_stats__lustre2.10.1.txt"
+)
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -54,8 +58,7 @@ def named(samples: Samples, name: str) -> dict[frozenset, float]:
 
 
 # ---------------------------------------------------------------- rates on scripted files
-def record(jobid: str, snapshot: float, write: int, opens: int, start: float | None = None
-           ) -> str:
+def record(jobid: str, snapshot: float, write: int, opens: int, start: float | None = None) -> str:
     lines = [f"- job_id:          {jobid}", f"  snapshot_time:   {snapshot} secs.nsecs"]
     if start is not None:
         lines.append(f"  start_time:      {start} secs.nsecs")
@@ -74,8 +77,10 @@ def write_target(path: Path, *records: str) -> None:
 
 def rates(samples: Samples, jobid: str) -> tuple[float | None, float | None]:
     labels = {"component": "mdt", "target": "fs-MDT0000", "jobid": jobid}
-    return (value(samples, "lustre_job_write_bytes_per_second", **labels),
-            value(samples, "lustre_job_operations_per_second", operation="open", **labels))
+    return (
+        value(samples, "lustre_job_write_bytes_per_second", **labels),
+        value(samples, "lustre_job_operations_per_second", operation="open", **labels),
+    )
 
 
 def test_rates_with_start_time_follow_the_rules(tmp_path: Path) -> None:
@@ -103,12 +108,15 @@ def test_rates_with_start_time_follow_the_rules(tmp_path: Path) -> None:
 
     # A vanishes; C started after the previous sample (1030): 100 B / (1040 - 1035);
     # D started before it: its earlier value counts from the previous sample, 300 / 10.
-    write_target(path, record("C", 1040, 100, 1, start=1035),
-                 record("D", 1040, 300, 2, start=1000))
+    write_target(path, record("C", 1040, 100, 1, start=1035), record("D", 1040, 300, 2, start=1000))
     found = samples_of(collector.sample())
     assert rates(found, "A") == (None, None)
-    assert value(found, "lustre_job_write_bytes_total", component="mdt", target="fs-MDT0000",
-                 jobid="A") is None
+    assert (
+        value(
+            found, "lustre_job_write_bytes_total", component="mdt", target="fs-MDT0000", jobid="A"
+        )
+        is None
+    )
     assert rates(found, "C") == (20.0, 0.2)
     assert rates(found, "D") == (30.0, 0.2)
 
@@ -125,8 +133,12 @@ def test_rates_without_start_time_2_12_style(tmp_path: Path) -> None:
     write_target(path, record("X", 100, 1000, 1))
     found = samples_of(collector.sample())
     assert rates(found, "X") == (None, None)
-    assert value(found, "lustre_job_write_bytes_total", component="mdt", target="fs-MDT0000",
-                 jobid="X") == 1000
+    assert (
+        value(
+            found, "lustre_job_write_bytes_total", component="mdt", target="fs-MDT0000", jobid="X"
+        )
+        == 1000
+    )
 
     # X: (2000 - 1000) / (110 - 100). Y is new: counted from zero at the previous sample,
     # whose clock is its latest snapshot_time (100): 500 / (105 - 100).
@@ -148,41 +160,52 @@ def test_rates_without_start_time_2_12_style(tmp_path: Path) -> None:
 
 def test_rate_tracker_wall_clock_and_no_time_step() -> None:
     def entry(write: int, snapshot: float | None = None) -> JobEntry:
-        return JobEntry("j", snapshot, None, None,
-                        {"write_bytes": OpStats(1, "bytes", 1, 1, write, None)})
+        return JobEntry(
+            "j", snapshot, None, None, {"write_bytes": OpStats(1, "bytes", 1, 1, write, None)}
+        )
 
     tracker = RateTracker()
     assert tracker.update(("ost", "t"), [entry(10)], wall_clock=50.0) == {}
     assert tracker.update(("ost", "t"), [entry(30)], wall_clock=54.0) == {
-        "j": (("write_bytes",), (5.0,))}
+        "j": (("write_bytes",), (5.0,))
+    }
     # Same clock, different value: no rate, and the increment is not lost.
     tracker2 = RateTracker()
     tracker2.update(("ost", "t"), [entry(10, snapshot=7.0)], wall_clock=1.0)
     assert tracker2.update(("ost", "t"), [entry(20, snapshot=7.0)], wall_clock=2.0) == {}
     assert tracker2.update(("ost", "t"), [entry(40, snapshot=9.0)], wall_clock=3.0) == {
-        "j": (("write_bytes",), (15.0,))}
+        "j": (("write_bytes",), (15.0,))
+    }
 
 
 def test_rates_can_be_switched_off(tmp_path: Path) -> None:
     path = tmp_path / "js.txt"
-    collector = make_collector("--jobstats.source", "file", "--jobstats.path", str(path),
-                               "--no-jobstats.rates")
+    collector = make_collector(
+        "--jobstats.source", "file", "--jobstats.path", str(path), "--no-jobstats.rates"
+    )
     write_target(path, record("A", 1000, 1000, 10, start=900))
     collector.sample()
     write_target(path, record("A", 1010, 1500, 30, start=900))
     found = samples_of(collector.sample())
     assert not named(found, "lustre_job_write_bytes_per_second")
     assert not named(found, "lustre_job_operations_per_second")
-    assert value(found, "lustre_job_write_bytes_total", component="mdt", target="fs-MDT0000",
-                 jobid="A") == 1500
+    assert (
+        value(
+            found, "lustre_job_write_bytes_total", component="mdt", target="fs-MDT0000", jobid="A"
+        )
+        == 1500
+    )
 
 
 # ---------------------------------------------------------------- values and families
 def test_counter_values_and_latency_from_a_real_capture() -> None:
     collector = make_collector("--jobstats.source", "file", "--jobstats.path", str(DDN_OST))
     found = samples_of(collector.sample())
-    job = {"component": "ost", "target": "es01a-OST0001",
-           "jobid": "SLURM_JOB10:0:es18kxe-co-client"}
+    job = {
+        "component": "ost",
+        "target": "es01a-OST0001",
+        "jobid": "SLURM_JOB10:0:es18kxe-co-client",
+    }
     # Lines 3-21 of the capture.
     assert value(found, "lustre_job_write_samples_total", **job) == 861
     assert value(found, "lustre_job_write_bytes_total", **job) == 11025514496
@@ -198,10 +221,20 @@ def test_counter_values_and_latency_from_a_real_capture() -> None:
     per_job = [n for (n, labels), _ in found.items() if dict(labels).get("jobid") == job["jobid"]]
     assert len(per_job) == 8 + 13 * 2 + 15  # + rates since start_time (first-seen rule)
     assert value(found, "lustre_jobstats_jobs", component="ost", target="es01a-OST0001") == 16
-    assert value(found, "lustre_jobstats_up", component="ost", target="es01a-OST0001",
-                 source=str(DDN_OST)) == 1
-    assert value(found, "lustre_jobstats_parse_errors_total", component="ost",
-                 target="es01a-OST0001") == 0
+    assert (
+        value(
+            found,
+            "lustre_jobstats_up",
+            component="ost",
+            target="es01a-OST0001",
+            source=str(DDN_OST),
+        )
+        == 1
+    )
+    assert (
+        value(found, "lustre_jobstats_parse_errors_total", component="ost", target="es01a-OST0001")
+        == 0
+    )
     # First-seen rate of a job with a start_time: sum / (snapshot_time - start_time).
     expected = 11025514496 / (1723114647.887515895 - 1723102025.057286226)
     assert value(found, "lustre_job_write_bytes_per_second", **job) == pytest.approx(expected)
@@ -219,15 +252,17 @@ def test_2_10_reqs_give_no_latency(tmp_path: Path) -> None:
 def test_duplicate_ids_are_merged(tmp_path: Path) -> None:
     path = tmp_path / "dup.txt"
     path.write_text(
-        'obdfilter.fs-OST0000.job_stats=\njob_stats:\n'
+        "obdfilter.fs-OST0000.job_stats=\njob_stats:\n"
         '- job_id:          "a b"\n  snapshot_time:   20\n'
         "  write_bytes:     { samples: 2, unit: bytes, min: 10, max: 30, sum: 40 }\n"
         "  punch:           { samples: 1, unit: reqs }\n"
         "- job_id:          a b\n  snapshot_time:   25\n"
         "  write_bytes:     { samples: 3, unit: bytes, min: 5, max: 20, sum: 35 }\n"
-        "  punch:           { samples: 4, unit: reqs }\n")
-    found = samples_of(make_collector("--jobstats.source", "file", "--jobstats.path",
-                                      str(path)).sample())
+        "  punch:           { samples: 4, unit: reqs }\n"
+    )
+    found = samples_of(
+        make_collector("--jobstats.source", "file", "--jobstats.path", str(path)).sample()
+    )
     job = {"component": "ost", "target": "fs-OST0000", "jobid": "a b"}
     assert value(found, "lustre_job_write_samples_total", **job) == 5
     assert value(found, "lustre_job_write_bytes_total", **job) == 75
@@ -246,8 +281,15 @@ def _activity_by_job(text: str) -> dict[str, int]:
 
 
 def test_max_jobs_keeps_the_most_active_and_counts_dropped_series() -> None:
-    collector = make_collector("--jobstats.source", "file", "--jobstats.path", str(DDN_OST),
-                               "--jobstats.max-jobs", "3", "--no-jobstats.rates")
+    collector = make_collector(
+        "--jobstats.source",
+        "file",
+        "--jobstats.path",
+        str(DDN_OST),
+        "--jobstats.max-jobs",
+        "3",
+        "--no-jobstats.rates",
+    )
     found = samples_of(collector.sample())
     activity = _activity_by_job(DDN_OST.read_text())
     top = sorted(activity, key=lambda job: -activity[job])[:3]
@@ -255,55 +297,101 @@ def test_max_jobs_keeps_the_most_active_and_counts_dropped_series() -> None:
     shown = {dict(labels)["jobid"] for labels in named(found, "lustre_job_write_bytes_total")}
     assert shown == set(top)
     # 13 jobs dropped x (read/write 2 x 4 + 13 usecs operations x 2) series each.
-    assert value(found, "lustre_jobstats_dropped_series_total", component="ost",
-                 target="es01a-OST0001", reason="max_jobs") == 13 * 34
+    assert (
+        value(
+            found,
+            "lustre_jobstats_dropped_series_total",
+            component="ost",
+            target="es01a-OST0001",
+            reason="max_jobs",
+        )
+        == 13 * 34
+    )
     assert value(found, "lustre_jobstats_jobs", component="ost", target="es01a-OST0001") == 16
 
 
 def test_operations_allowlist() -> None:
-    collector = make_collector("--jobstats.source", "file", "--jobstats.path", str(DDN_OST),
-                               "--jobstats.operations", "write_bytes,punch",
-                               "--no-jobstats.rates")
+    collector = make_collector(
+        "--jobstats.source",
+        "file",
+        "--jobstats.path",
+        str(DDN_OST),
+        "--jobstats.operations",
+        "write_bytes,punch",
+        "--no-jobstats.rates",
+    )
     found = samples_of(collector.sample())
     names = {name for name, _ in found if name.startswith("lustre_job_")}
-    assert names == {"lustre_job_write_samples_total", "lustre_job_write_bytes_total",
-                     "lustre_job_write_minimum_size_bytes", "lustre_job_write_maximum_size_bytes",
-                     "lustre_job_stats_total", "lustre_job_latency_seconds_total"}
+    assert names == {
+        "lustre_job_write_samples_total",
+        "lustre_job_write_bytes_total",
+        "lustre_job_write_minimum_size_bytes",
+        "lustre_job_write_maximum_size_bytes",
+        "lustre_job_stats_total",
+        "lustre_job_latency_seconds_total",
+    }
     assert {dict(labels)["operation"] for labels in named(found, "lustre_job_stats_total")} == {
-        "punch"}
+        "punch"
+    }
     # Per job, left out: read_bytes (4 series) and 12 other usecs operations (2 each).
-    assert value(found, "lustre_jobstats_dropped_series_total", component="ost",
-                 target="es01a-OST0001", reason="operations") == 16 * (4 + 12 * 2)
+    assert value(
+        found,
+        "lustre_jobstats_dropped_series_total",
+        component="ost",
+        target="es01a-OST0001",
+        reason="operations",
+    ) == 16 * (4 + 12 * 2)
 
 
 def test_jobid_pattern_adds_labels() -> None:
-    collector = make_collector("--jobstats.source", "file", "--jobstats.path", str(DDN_OST),
-                               "--jobstats.jobid-pattern",
-                               r"(?P<exe>[^:]+):(?P<uid>\d+):(?P<host>.*)")
+    collector = make_collector(
+        "--jobstats.source",
+        "file",
+        "--jobstats.path",
+        str(DDN_OST),
+        "--jobstats.jobid-pattern",
+        r"(?P<exe>[^:]+):(?P<uid>\d+):(?P<host>.*)",
+    )
     found = samples_of(collector.sample())
-    labelled = {dict(labels)["jobid"]: dict(labels)
-                for labels in named(found, "lustre_job_write_bytes_total")}
+    labelled = {
+        dict(labels)["jobid"]: dict(labels)
+        for labels in named(found, "lustre_job_write_bytes_total")
+    }
     assert labelled["SLURM_JOB10:0:es18kxe-co-client"] == {
-        "component": "ost", "target": "es01a-OST0001", "jobid": "SLURM_JOB10:0:es18kxe-co-client",
-        "exe": "SLURM_JOB10", "uid": "0", "host": "es18kxe-co-client"}
+        "component": "ost",
+        "target": "es01a-OST0001",
+        "jobid": "SLURM_JOB10:0:es18kxe-co-client",
+        "exe": "SLURM_JOB10",
+        "uid": "0",
+        "host": "es18kxe-co-client",
+    }
     assert labelled["SLURM_JOB10"]["exe"] == "" and labelled["SLURM_JOB10"]["uid"] == ""
 
 
 def test_jobid_pattern_clash_is_refused() -> None:
     with pytest.raises(ValueError, match="clash"):
-        make_collector("--jobstats.source", "file", "--jobstats.path", "x",
-                       "--jobstats.jobid-pattern", r"(?P<target>.+)")
+        make_collector(
+            "--jobstats.source",
+            "file",
+            "--jobstats.path",
+            "x",
+            "--jobstats.jobid-pattern",
+            r"(?P<target>.+)",
+        )
 
 
 # ---------------------------------------------------------------- sources and health
 def test_procfs_tree(tmp_path: Path) -> None:
-    for kind, name, capture in (("obdfilter", "lustrefs-OST0000", HP_OST),
-                                ("mdt", "lustrefs-MDT0000", HP_MDT)):
+    for kind, name, capture in (
+        ("obdfilter", "lustrefs-OST0000", HP_OST),
+        ("mdt", "lustrefs-MDT0000", HP_MDT),
+    ):
         folder = tmp_path / "fs" / "lustre" / kind / name
         folder.mkdir(parents=True)
         (folder / "job_stats").write_bytes(capture.read_bytes())
-    found = samples_of(make_collector("--jobstats.source", "procfs", "--path.procfs",
-                                      str(tmp_path)).sample())
+    found = samples_of(
+        make_collector("--jobstats.source", "procfs", "--path.procfs", str(tmp_path)).sample()
+    )
     assert value(found, "lustre_jobstats_jobs", component="ost", target="lustrefs-OST0000") == 35
     assert value(found, "lustre_jobstats_jobs", component="mdt", target="lustrefs-MDT0000") == 15
     up = named(found, "lustre_jobstats_up")
@@ -311,19 +399,28 @@ def test_procfs_tree(tmp_path: Path) -> None:
 
 
 def test_missing_file_marks_source_down(tmp_path: Path) -> None:
-    found = samples_of(make_collector("--jobstats.source", "file", "--jobstats.path",
-                                      str(tmp_path / "nope.txt")).sample())
-    assert value(found, "lustre_jobstats_up", component="", target="",
-                 source=str(tmp_path / "nope.txt")) == 0
+    found = samples_of(
+        make_collector(
+            "--jobstats.source", "file", "--jobstats.path", str(tmp_path / "nope.txt")
+        ).sample()
+    )
+    assert (
+        value(
+            found, "lustre_jobstats_up", component="", target="", source=str(tmp_path / "nope.txt")
+        )
+        == 0
+    )
     assert not named(found, "lustre_job_write_bytes_total")
 
 
 def fake_lctl(tmp_path: Path, body: str) -> Path:
     """A stand-in for lctl: checks it is asked for job_stats, then runs ``body``."""
     script = tmp_path / "lctl"
-    script.write_text("#!/bin/sh\n"
-                      '[ "$*" = "get_param mdt.*.job_stats obdfilter.*.job_stats" ] || '
-                      "{ echo \"unexpected args: $*\" >&2; exit 64; }\n" + body + "\n")
+    script.write_text(
+        "#!/bin/sh\n"
+        '[ "$*" = "get_param mdt.*.job_stats obdfilter.*.job_stats" ] || '
+        '{ echo "unexpected args: $*" >&2; exit 64; }\n' + body + "\n"
+    )
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     return script
 
@@ -342,8 +439,9 @@ def test_lctl_replay_then_hang_then_failure(tmp_path: Path) -> None:
     started = time.monotonic()
     found = samples_of(collector.sample())
     assert time.monotonic() - started < 10
-    assert value(found, "lustre_jobstats_up", component="mdt", target="fs-MDT0000",
-                 source="lctl") == 0
+    assert (
+        value(found, "lustre_jobstats_up", component="mdt", target="fs-MDT0000", source="lctl") == 0
+    )
     assert len(named(found, "lustre_jobstats_up")) == 3
     assert not named(found, "lustre_job_stats_total")
 
@@ -354,13 +452,20 @@ def test_lctl_replay_then_hang_then_failure(tmp_path: Path) -> None:
 
 def test_lctl_error_exit_with_output_still_counts(tmp_path: Path) -> None:
     # An OSS without MDT: lctl complains about mdt.* and exits non-zero, but prints the OSTs.
-    lctl = fake_lctl(tmp_path, f'printf "obdfilter.lustrefs-OST0000.job_stats=\\n"; '
-                               f'cat "{HP_OST}"; '
-                               "echo \"error: get_param: param_path 'mdt/*/job_stats': "
-                               "No such file or directory\" >&2; exit 2")
+    lctl = fake_lctl(
+        tmp_path,
+        f'printf "obdfilter.lustrefs-OST0000.job_stats=\\n"; '
+        f'cat "{HP_OST}"; '
+        "echo \"error: get_param: param_path 'mdt/*/job_stats': "
+        'No such file or directory" >&2; exit 2',
+    )
     found = samples_of(make_collector("--jobstats.lctl-path", str(lctl)).sample())
-    assert value(found, "lustre_jobstats_up", component="ost", target="lustrefs-OST0000",
-                 source="lctl") == 1
+    assert (
+        value(
+            found, "lustre_jobstats_up", component="ost", target="lustrefs-OST0000", source="lctl"
+        )
+        == 1
+    )
     assert value(found, "lustre_jobstats_jobs", component="ost", target="lustrefs-OST0000") == 35
 
 
@@ -375,14 +480,17 @@ def test_malformed_records_are_counted(tmp_path: Path) -> None:
     collector = make_collector("--jobstats.source", "file", "--jobstats.path", str(path))
     collector.sample()
     found = samples_of(collector.sample())
-    assert value(found, "lustre_jobstats_parse_errors_total", component="mdt",
-                 target="fs-MDT0000") == 2  # one bad record, seen in two samples
+    assert (
+        value(found, "lustre_jobstats_parse_errors_total", component="mdt", target="fs-MDT0000")
+        == 2
+    )  # one bad record, seen in two samples
     assert value(found, "lustre_jobstats_jobs", component="mdt", target="fs-MDT0000") == 1
 
 
 def test_background_sampler_shares_one_snapshot(tmp_path: Path) -> None:
-    collector = make_collector("--jobstats.source", "file", "--jobstats.path", str(HP_OST),
-                               "--jobstats.interval", "0.2")  # the later interval wins
+    collector = make_collector(
+        "--jobstats.source", "file", "--jobstats.path", str(HP_OST), "--jobstats.interval", "0.2"
+    )  # the later interval wins
     collector.start()
     try:
         first = collector.exposition()
@@ -395,8 +503,9 @@ def test_background_sampler_shares_one_snapshot(tmp_path: Path) -> None:
 
 def test_background_sampler_with_hung_lctl_never_blocks_scrapes(tmp_path: Path) -> None:
     lctl = fake_lctl(tmp_path, "sleep 30")
-    collector = make_collector("--jobstats.lctl-path", str(lctl), "--jobstats.timeout", "0.5",
-                               "--jobstats.interval", "0.2")
+    collector = make_collector(
+        "--jobstats.lctl-path", str(lctl), "--jobstats.timeout", "0.5", "--jobstats.interval", "0.2"
+    )
     collector.start()
     try:
         started = time.monotonic()
@@ -411,13 +520,19 @@ def test_background_sampler_with_hung_lctl_never_blocks_scrapes(tmp_path: Path) 
 
 def test_same_target_in_two_files_is_reported_once(tmp_path: Path) -> None:
     for name in ("a.txt", "b.txt"):
-        (tmp_path / name).write_text("obdfilter.lustrefs-OST0000.job_stats=\n"
-                                     + HP_OST.read_text())
-    found = samples_of(make_collector("--jobstats.source", "file", "--jobstats.path",
-                                      str(tmp_path / "*.txt")).sample())
+        (tmp_path / name).write_text("obdfilter.lustrefs-OST0000.job_stats=\n" + HP_OST.read_text())
+    found = samples_of(
+        make_collector(
+            "--jobstats.source", "file", "--jobstats.path", str(tmp_path / "*.txt")
+        ).sample()
+    )
     assert value(found, "lustre_jobstats_jobs", component="ost", target="lustrefs-OST0000") == 35
-    assert value(found, "lustre_jobstats_parse_errors_total", component="ost",
-                 target="lustrefs-OST0000") == 1
+    assert (
+        value(
+            found, "lustre_jobstats_parse_errors_total", component="ost", target="lustrefs-OST0000"
+        )
+        == 1
+    )
 
 
 def test_rate_state_survives_an_unreadable_sample(tmp_path: Path) -> None:
@@ -427,8 +542,10 @@ def test_rate_state_survives_an_unreadable_sample(tmp_path: Path) -> None:
     collector.sample()
     path.unlink()  # the target cannot be read once: marked down, its history kept
     found = samples_of(collector.sample())
-    assert value(found, "lustre_jobstats_up", component="mdt", target="fs-MDT0000",
-                 source=str(path)) == 0
+    assert (
+        value(found, "lustre_jobstats_up", component="mdt", target="fs-MDT0000", source=str(path))
+        == 0
+    )
     # Back: (1500 - 1000) B / (1010 - 1000) s since the last good sample, not 1500 / 110
     # since start_time as for a job seen for the first time.
     write_target(path, record("A", 1010, 1500, 30, start=900))
@@ -439,8 +556,9 @@ def test_big_snapshot_is_dropped_first_and_scrapes_wait(monkeypatch) -> None:
     # Every snapshot counts as big: the old one is dropped before the next is built, and a
     # scrape in between waits for the new one instead of getting nothing.
     monkeypatch.setattr("exporter.jobstats.collector.BIG_SNAPSHOT", 0)
-    collector = make_collector("--jobstats.source", "file", "--jobstats.path", str(HP_OST),
-                               "--jobstats.interval", "0.01")
+    collector = make_collector(
+        "--jobstats.source", "file", "--jobstats.path", str(HP_OST), "--jobstats.interval", "0.01"
+    )
     collector.start()
     try:
         bodies = []
@@ -464,15 +582,20 @@ def test_lctl_output_read_in_pieces_gives_the_same_series(tmp_path: Path, monkey
     lctl = fake_lctl(tmp_path, f'cat "{whole}"')
     monkeypatch.setattr("exporter.jobstats.sources.LctlSource.PIECE_BYTES", 1)
     from_lctl = samples_of(make_collector("--jobstats.lctl-path", str(lctl)).sample())
-    from_file = samples_of(make_collector("--jobstats.source", "file", "--jobstats.path",
-                                          str(whole)).sample())
+    from_file = samples_of(
+        make_collector("--jobstats.source", "file", "--jobstats.path", str(whole)).sample()
+    )
 
     def per_job(found: Samples) -> Samples:
-        return {key: v for key, v in found.items()
-                if key[0].startswith("lustre_job_") or key[0] == "lustre_jobstats_jobs"}
+        return {
+            key: v
+            for key, v in found.items()
+            if key[0].startswith("lustre_job_") or key[0] == "lustre_jobstats_jobs"
+        }
 
     assert per_job(from_lctl) == per_job(from_file)
-    assert value(from_lctl, "lustre_jobstats_jobs", component="ost",
-                 target="lustrefs-OST0000") == 35
+    assert (
+        value(from_lctl, "lustre_jobstats_jobs", component="ost", target="lustrefs-OST0000") == 35
+    )
     up = named(from_lctl, "lustre_jobstats_up")
     assert len(up) == 5 and set(up.values()) == {1}

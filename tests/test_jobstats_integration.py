@@ -41,10 +41,25 @@ def exporter(tmp_path_factory) -> Iterator[Exporter]:
     log = workdir / "exporter.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "exporter", "--web.listen-address", f"127.0.0.1:{port}",
-             "--jobstats.source", "file", "--jobstats.path", str(path),
-             "--jobstats.interval", "0", *others],
-            cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=LOOPBACK_ENV)
+            [
+                sys.executable,
+                "-m",
+                "exporter",
+                "--web.listen-address",
+                f"127.0.0.1:{port}",
+                "--jobstats.source",
+                "file",
+                "--jobstats.path",
+                str(path),
+                "--jobstats.interval",
+                "0",
+                *others,
+            ],
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=LOOPBACK_ENV,
+        )
     try:
         servers.wait_http(f"http://127.0.0.1:{port}/metrics", proc, log, timeout=30)
         yield Exporter(port, proc, path)
@@ -55,30 +70,56 @@ def exporter(tmp_path_factory) -> Iterator[Exporter]:
 def scrape(exporter: Exporter) -> dict[tuple[str, frozenset], float]:
     status, body = servers.http_get(exporter.url, timeout=30)
     assert status == 200, body[:500]
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(body.decode("utf-8"))
-            for s in family.samples}
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(body.decode("utf-8"))
+        for s in family.samples
+    }
 
 
-BASES = [(DATA / name).read_text() for name in (
-    "whamcloud_lustrefs-exporter__fixtures_jobstats_only_2.14.0_164.txt",
-    "whamcloud_lustre-collector__src_fixtures_valid_ex8761-lctl.txt",
-    "whamcloud_lustre-collector__src_oss_job_stats.rs__inline_test_with_time_triple.txt",
-    "HewlettPackard_lustre_exporter__5f53b89__proc_fs_lustre_mdt_lustrefs-MDT0000_job_stats__"
-    "pre2.10.txt")]
+BASES = [
+    (DATA / name).read_text()
+    for name in (
+        "whamcloud_lustrefs-exporter__fixtures_jobstats_only_2.14.0_164.txt",
+        "whamcloud_lustre-collector__src_fixtures_valid_ex8761-lctl.txt",
+        "whamcloud_lustre-collector__src_oss_job_stats.rs__inline_test_with_time_triple.txt",
+        "HewlettPackard_lustre_exporter__5f53b89__proc_fs_lustre_mdt_lustrefs-MDT0000_job_stats__"
+        "pre2.10.txt",
+    )
+]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[
-    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(base=st.sampled_from(range(len(BASES))), data=st.data())
 def test_hostile_files_never_give_http_500(exporter: Exporter, base: int, data) -> None:
     text = BASES[base]
     for _ in range(data.draw(st.integers(0, 4))):
         at = data.draw(st.integers(0, len(text)))
-        junk = data.draw(st.sampled_from(["", "\x00", "{", "}", '"', "\\x4", ":", "\n- job_id:",
-                                          "99999999999999999999999", "-1", "\xff", "=", " "]))
-        text = text[:at] + junk + text[at + data.draw(st.integers(0, 30)):]
-    text = text[:data.draw(st.integers(0, len(text)))]
+        junk = data.draw(
+            st.sampled_from(
+                [
+                    "",
+                    "\x00",
+                    "{",
+                    "}",
+                    '"',
+                    "\\x4",
+                    ":",
+                    "\n- job_id:",
+                    "99999999999999999999999",
+                    "-1",
+                    "\xff",
+                    "=",
+                    " ",
+                ]
+            )
+        )
+        text = text[:at] + junk + text[at + data.draw(st.integers(0, 30)) :]
+    text = text[: data.draw(st.integers(0, len(text)))]
     exporter.path.write_bytes(text.encode("utf-8", "surrogateescape"))
     found = scrape(exporter)
     assert ("lustre_jobstats_scrape_duration_seconds", frozenset()) in found
@@ -86,19 +127,28 @@ def test_hostile_files_never_give_http_500(exporter: Exporter, base: int, data) 
 
 
 def record(snapshot: float, written: int, opens: int) -> str:
-    return ("obdfilter.fs-OST0003.job_stats=\njob_stats:\n"
-            '- job_id:          "1234:1000:node\\x20a"\n'
-            f"  snapshot_time:   {snapshot} secs.nsecs\n"
-            "  start_time:      1000.0 secs.nsecs\n"
-            f"  write_bytes:     {{ samples: {opens}, unit: bytes, min: 4096, max: 1048576, "
-            f"sum: {written}, sumsq: 0, hist: {{ 4K: 1 }} }}\n"
-            f"  open:            {{ samples: {opens}, unit: usecs, min: 2, max: 8, sum: 30, "
-            "sumsq: 100 }\n")
+    return (
+        "obdfilter.fs-OST0003.job_stats=\njob_stats:\n"
+        '- job_id:          "1234:1000:node\\x20a"\n'
+        f"  snapshot_time:   {snapshot} secs.nsecs\n"
+        "  start_time:      1000.0 secs.nsecs\n"
+        f"  write_bytes:     {{ samples: {opens}, unit: bytes, min: 4096, max: 1048576, "
+        f"sum: {written}, sumsq: 0, hist: {{ 4K: 1 }} }}\n"
+        f"  open:            {{ samples: {opens}, unit: usecs, min: 2, max: 8, sum: 30, "
+        "sumsq: 100 }\n"
+    )
 
 
 def test_prometheus_scrapes_counters_and_rates(exporter: Exporter, prometheus_factory) -> None:
-    prom = prometheus_factory([{"job_name": "hpcmon", "scrape_interval": "1s",
-                                "static_configs": [{"targets": [f"127.0.0.1:{exporter.port}"]}]}])
+    prom = prometheus_factory(
+        [
+            {
+                "job_name": "hpcmon",
+                "scrape_interval": "1s",
+                "static_configs": [{"targets": [f"127.0.0.1:{exporter.port}"]}],
+            }
+        ]
+    )
     selector = '{job="hpcmon",jobid="1234:1000:node a",target="fs-OST0003",component="ost"}'
     exporter.path.write_text(record(1100.0, 1000, 10))
     wait_value(prom, f"lustre_job_write_bytes_total{selector}", 1000)

@@ -51,10 +51,12 @@ def test_every_capture_parses_completely() -> None:
         assert all(t.malformed == 0 for t in parsed.targets), (path.name, parsed.targets)
         # Every "- job_id:" line of the file became one record.
         assert sum(len(t.jobs) for t in parsed.targets) == len(
-            re.findall(r"^- job_id:", text, re.M)), path.name
+            re.findall(r"^- job_id:", text, re.M)
+        ), path.name
         # Each record has as many operations as it has "{ samples:" lines.
-        for block, job in zip(text.split("- job_id:")[1:],
-                              (j for t in parsed.targets for j in t.jobs), strict=True):
+        for block, job in zip(
+            text.split("- job_id:")[1:], (j for t in parsed.targets for j in t.jobs), strict=True
+        ):
             assert len(job.ops) == block.count("{ samples:"), (path.name, job.jobid)
 
 
@@ -73,8 +75,13 @@ def test_pre_2_10_mdt() -> None:
     assert list(jobs) == [str(n) for n in range(343, 352)]
     job = jobs["343"]
     assert job.snapshot_time == 1497644161
-    assert (job.ops["open"].samples, job.ops["close"].samples, job.ops["getattr"].samples,
-            job.ops["setattr"].samples, job.ops["crossdir_rename"].samples) == (40, 33, 38, 40, 0)
+    assert (
+        job.ops["open"].samples,
+        job.ops["close"].samples,
+        job.ops["getattr"].samples,
+        job.ops["setattr"].samples,
+        job.ops["crossdir_rename"].samples,
+    ) == (40, 33, 38, 40, 0)
 
 
 def test_lustre_2_12_5_ost_ids_numeric_and_with_spaces() -> None:
@@ -129,8 +136,9 @@ def test_ddn_2_14_ost_with_hist() -> None:
     job = jobs["SLURM_JOB10:0:es18kxe-co-client"]  # lines 3-21
     assert job.snapshot_time == pytest.approx(1723114647.887515895, abs=1e-6)
     assert job.elapsed_time == pytest.approx(12622.830229669, abs=1e-6)
-    assert job.ops["write_bytes"] == OpStats(861, "bytes", 24576, 16777216, 11025514496,
-                                             166242808078794752)
+    assert job.ops["write_bytes"] == OpStats(
+        861, "bytes", 24576, 16777216, 11025514496, 166242808078794752
+    )
     assert job.ops["write"] == OpStats(861, "usecs", 65, 34699, 7304967, 80724646151)
     assert job.ops["punch"] == OpStats(85, "usecs", 96, 354, 16840, 3813568)
     # The same job also appears unquoted as a different, shorter id (line 155).
@@ -140,13 +148,18 @@ def test_ddn_2_14_ost_with_hist() -> None:
 def test_ddn_2_14_two_mdts_in_one_lctl_output() -> None:
     parsed = parse_text(capture("2.14.0_164").read_text(), "x")
     assert [(t.component, t.target, len(t.jobs)) for t in parsed.targets] == [
-        ("mdt", "es01a-MDT0000", 5), ("mdt", "es02a-MDT0000", 7)]
+        ("mdt", "es01a-MDT0000", 5),
+        ("mdt", "es02a-MDT0000", 7),
+    ]
 
 
 def test_full_lctl_dump_with_empty_targets_and_other_params() -> None:
     parsed = parse_text(capture("ex8761-lctl").read_text(), "x")
     assert [(t.component, t.target, len(t.jobs)) for t in parsed.targets] == [
-        ("ost", "fs-OST0000", 0), ("ost", "fs-OST0001", 0), ("mdt", "fs-MDT0000", 2)]
+        ("ost", "fs-OST0000", 0),
+        ("ost", "fs-OST0001", 0),
+        ("mdt", "fs-MDT0000", 2),
+    ]
     job = {j.jobid: j for j in parsed.targets[2].jobs}["mount.lustre@0@co-es-pm-149.co-"]
     assert job.snapshot_time == 1701771260  # not the obdfilter.*.stats snapshot before it
     assert job.ops["getattr"] == OpStats(1, "usecs", 20, 20, 20, 400)
@@ -162,16 +175,21 @@ def test_hard_wrapped_capture_lines() -> None:
 
 
 # ---------------------------------------------------------------- variants without captures
-OP_215 = ("  {name}:{pad}{{ samples: {s:>11}, unit: usecs, min: {s:>8}, max: {s:>8}, "
-          "sum: {s:>16}, sumsq: {s:>18} }}")
+OP_215 = (
+    "  {name}:{pad}{{ samples: {s:>11}, unit: usecs, min: {s:>8}, max: {s:>8}, "
+    "sum: {s:>16}, sumsq: {s:>18} }}"
+)
 
 
 def test_2_15_0_unindented_padded_header() -> None:
-    text = ("job_stats:\n- job_id:          dd.0\n"
-            "snapshot_time   : 3706.601262417 secs.nsecs\n"
-            "start_time      : 3700.5 secs.nsecs\n"
-            "elapsed_time    : 6.101262417 secs.nsecs\n"
-            + OP_215.format(name="open", pad=" " * 12, s=3) + "\n")
+    text = (
+        "job_stats:\n- job_id:          dd.0\n"
+        "snapshot_time   : 3706.601262417 secs.nsecs\n"
+        "start_time      : 3700.5 secs.nsecs\n"
+        "elapsed_time    : 6.101262417 secs.nsecs\n"
+        + OP_215.format(name="open", pad=" " * 12, s=3)
+        + "\n"
+    )
     job = parse_job_stats(text, "mdt", "fs-MDT0000", "t").jobs[0]
     assert job.snapshot_time == pytest.approx(3706.601262417)
     assert job.start_time == 3700.5
@@ -180,14 +198,18 @@ def test_2_15_0_unindented_padded_header() -> None:
 
 
 def test_2_15_2_quoted_escaped_ids_and_2_16_2_17_operations() -> None:
-    text = ('job_stats:\n- job_id:          "Albion\\x20Pool\\x22q\\x5c.5366"\n'
-            "  snapshot_time:   1700000010.5 secs.nsecs\n"
-            "  read_bytes:      { samples: 2, unit: bytes, min: 4096, max: 8192, sum: 12288, "
-            "sumsq: 83886080, hist: { 4K: 1, 8K: 1 } }\n"
-            + OP_215.format(name="rename_trylocks", pad=" ", s=7) + "\n"
-            + OP_215.format(name="parallel_rename_dir", pad=" ", s=1) + "\n"
-            '- job_id:          "@weird"\n'
-            "  snapshot_time:   1700000010.5 secs.nsecs\n")
+    text = (
+        'job_stats:\n- job_id:          "Albion\\x20Pool\\x22q\\x5c.5366"\n'
+        "  snapshot_time:   1700000010.5 secs.nsecs\n"
+        "  read_bytes:      { samples: 2, unit: bytes, min: 4096, max: 8192, sum: 12288, "
+        "sumsq: 83886080, hist: { 4K: 1, 8K: 1 } }\n"
+        + OP_215.format(name="rename_trylocks", pad=" ", s=7)
+        + "\n"
+        + OP_215.format(name="parallel_rename_dir", pad=" ", s=1)
+        + "\n"
+        '- job_id:          "@weird"\n'
+        "  snapshot_time:   1700000010.5 secs.nsecs\n"
+    )
     target = parse_job_stats(text, "mdt", "fs-MDT0000", "t")
     assert target.malformed == 0
     first, second = target.jobs
@@ -198,10 +220,13 @@ def test_2_15_2_quoted_escaped_ids_and_2_16_2_17_operations() -> None:
 
 
 def test_empty_target_on_one_line_and_param_names() -> None:
-    parsed = parse_get_param("obdfilter.fs-OST0000.job_stats=job_stats:\n"
-                             "mdt.fs-MDT0000.job_stats=\njob_stats:\n", "lctl")
+    parsed = parse_get_param(
+        "obdfilter.fs-OST0000.job_stats=job_stats:\nmdt.fs-MDT0000.job_stats=\njob_stats:\n", "lctl"
+    )
     assert [(t.component, t.target, t.jobs, t.malformed) for t in parsed.targets] == [
-        ("ost", "fs-OST0000", [], 0), ("mdt", "fs-MDT0000", [], 0)]
+        ("ost", "fs-OST0000", [], 0),
+        ("mdt", "fs-MDT0000", [], 0),
+    ]
     assert target_from_param("obdfilter.fs-OST0000.stats") is None
     assert target_from_path("/proc/fs/lustre/obdfilter/a-OST0001/job_stats") == ("ost", "a-OST0001")
     assert target_from_path("/x/mdt/b-MDT0000/job_stats") == ("mdt", "b-MDT0000")
@@ -209,25 +234,35 @@ def test_empty_target_on_one_line_and_param_names() -> None:
 
 def test_malformed_records_are_counted_and_skipped() -> None:
     good = "  open: { samples: 1, unit: reqs }\n"
-    text = ("job_stats:\n"
-            "- job_id:          ok1\n  snapshot_time: 10\n" + good +
-            "- job_id:          \n  snapshot_time: 10\n" + good +  # empty id
-            "- job_id:          big\n  snapshot_time: 10\n"
-            "  open: { samples: 123456789012345678901, unit: reqs }\n" +  # > u64
-            "- job_id:          big20\n  snapshot_time: 10\n"
-            "  open: { samples: 18446744073709551616, unit: reqs }\n" +  # 2^64, 20 digits
-            "- job_id:          max\n  snapshot_time: 10\n"
-            "  open: { samples: 18446744073709551615, unit: reqs }\n" +  # 2^64 - 1 is fine
-            "- job_id:          badtime\n  snapshot_time: soon\n" + good +
-            "- job_id:          ok2\n  snapshot_time: 11\n" + good +
-            "- job_id:          cut\n  snapshot_time: 12\n  open: { samples: 1, un")
+    text = (
+        "job_stats:\n"
+        "- job_id:          ok1\n  snapshot_time: 10\n"
+        + good
+        + "- job_id:          \n  snapshot_time: 10\n"
+        + good  # empty id
+        + "- job_id:          big\n  snapshot_time: 10\n"
+        "  open: { samples: 123456789012345678901, unit: reqs }\n"  # > u64
+         + "- job_id:          big20\n  snapshot_time: 10\n"
+        "  open: { samples: 18446744073709551616, unit: reqs }\n"  # 2^64, 20 digits
+         + "- job_id:          max\n  snapshot_time: 10\n"
+        "  open: { samples: 18446744073709551615, unit: reqs }\n"  # 2^64 - 1 is fine
+        + "- job_id:          badtime\n  snapshot_time: soon\n"
+        + good
+        + "- job_id:          ok2\n  snapshot_time: 11\n"
+        + good
+        + "- job_id:          cut\n  snapshot_time: 12\n  open: { samples: 1, un"
+    )
     target = parse_job_stats(text, "ost", "fs-OST0000", "file.txt")
     assert [job.jobid for job in target.jobs] == ["ok1", "max", "ok2"]
     assert target.jobs[1].ops["open"].samples == 2**64 - 1
     assert target.malformed == 5
     assert all(message.startswith("file.txt: fs-OST0000: record") for message in target.errors)
-    assert ["big" in target.errors[1], "big20" in target.errors[2], "badtime" in target.errors[3],
-            "cut" in target.errors[4]] == [True] * 4
+    assert [
+        "big" in target.errors[1],
+        "big20" in target.errors[2],
+        "badtime" in target.errors[3],
+        "cut" in target.errors[4],
+    ] == [True] * 4
 
 
 def test_garbage_before_first_record_is_reported() -> None:
@@ -239,30 +274,43 @@ def test_garbage_before_first_record_is_reported() -> None:
 # ---------------------------------------------------------------- hostile input
 def _sane(entry: JobEntry) -> bool:
     return bool(entry.jobid) and all(
-        0 <= op.samples < 2**64 and 0 <= op.sum < 2**64 for op in entry.ops.values())
+        0 <= op.samples < 2**64 and 0 <= op.sum < 2**64 for op in entry.ops.values()
+    )
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.text(alphabet=st.sampled_from(list("- :{},\n\"\\x0123456789abjob_idsamplesunit=.")),
-               max_size=400))
+@given(
+    st.text(
+        alphabet=st.sampled_from(list('- :{},\n"\\x0123456789abjob_idsamplesunit=.')), max_size=400
+    )
+)
 def test_random_text_never_raises(text: str) -> None:
     parsed = parse_text(text, "random")
     for target in parsed.targets:
         assert all(_sane(job) for job in target.jobs)
 
 
-MUTATION_BASE = ("2.14.0_164", "ex8761-lctl", "mdt_lustrefs-MDT0000_job_stats__pre2.10",
-                 "with_time_triple", "GSI-HPC")
+MUTATION_BASE = (
+    "2.14.0_164",
+    "ex8761-lctl",
+    "mdt_lustrefs-MDT0000_job_stats__pre2.10",
+    "with_time_triple",
+    "GSI-HPC",
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(base=st.sampled_from(MUTATION_BASE), data=st.data())
 def test_mutated_captures_never_raise_and_keep_good_records(base: str, data) -> None:
     text = capture(base).read_text()
-    edits = data.draw(st.lists(st.tuples(st.integers(0, len(text)), st.integers(0, 40),
-                                         st.text(max_size=12)), max_size=4))
+    edits = data.draw(
+        st.lists(
+            st.tuples(st.integers(0, len(text)), st.integers(0, 40), st.text(max_size=12)),
+            max_size=4,
+        )
+    )
     for at, length, replacement in edits:
-        text = text[:at] + replacement + text[at + length:]
+        text = text[:at] + replacement + text[at + length :]
     cut = data.draw(st.integers(0, len(text)))
     text = text[:cut]
     parsed = parse_text(text, "mutated")

@@ -88,8 +88,13 @@ def merge_duplicates(jobs: list[JobEntry]) -> list[JobEntry]:
     for entry in jobs:
         first = merged.get(entry.jobid)
         if first is None:
-            merged[entry.jobid] = JobEntry(entry.jobid, entry.snapshot_time, entry.start_time,
-                                           entry.elapsed_time, dict(entry.ops))
+            merged[entry.jobid] = JobEntry(
+                entry.jobid,
+                entry.snapshot_time,
+                entry.start_time,
+                entry.elapsed_time,
+                dict(entry.ops),
+            )
             continue
         first.snapshot_time = _latest(first.snapshot_time, entry.snapshot_time, max)
         first.start_time = _latest(first.start_time, entry.start_time, min)
@@ -100,10 +105,13 @@ def merge_duplicates(jobs: list[JobEntry]) -> list[JobEntry]:
                 first.ops[name] = op
                 continue
             first.ops[name] = type(op)(
-                min(have.samples + op.samples, U64_MAX), have.unit,
+                min(have.samples + op.samples, U64_MAX),
+                have.unit,
                 min(have.min, op.min) if have.samples and op.samples else have.min or op.min,
-                max(have.max, op.max), min(have.sum + op.sum, U64_MAX),
-                None if have.sumsq is None or op.sumsq is None else have.sumsq + op.sumsq)
+                max(have.max, op.max),
+                min(have.sum + op.sum, U64_MAX),
+                None if have.sumsq is None or op.sumsq is None else have.sumsq + op.sumsq,
+            )
     return list(merged.values())
 
 
@@ -146,33 +154,79 @@ class JobstatsCollector(Collector):
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        add_flag(parser, "--jobstats.source", choices=["lctl", "procfs", "file"], default="lctl",
-                 help="where job_stats come from (default lctl)")
+        add_flag(
+            parser,
+            "--jobstats.source",
+            choices=["lctl", "procfs", "file"],
+            default="lctl",
+            help="where job_stats come from (default lctl)",
+        )
         add_flag(parser, "--jobstats.lctl-path", default="lctl", help="lctl binary")
-        add_flag(parser, "--jobstats.timeout", type=_seconds, default=10.0,
-                 help="seconds before a hung lctl is killed and its targets marked down")
-        add_flag(parser, "--path.procfs", default="/proc",
-                 help="procfs mount point for --jobstats.source=procfs")
-        add_flag(parser, "--jobstats.path", default=None,
-                 help="file or glob with lctl get_param output, for --jobstats.source=file")
-        add_flag(parser, "--jobstats.interval", type=_seconds, default=10.0,
-                 help="seconds between background samples; 0 samples on each scrape")
-        add_flag(parser, "--jobstats.rates", action=argparse.BooleanOptionalAction, default=True,
-                 help="export live per-job rates (default on)")
-        add_flag(parser, "--jobstats.operations", type=_operations, default=None,
-                 help="comma-separated allowlist of operations, e.g. read_bytes,write_bytes,open")
-        add_flag(parser, "--jobstats.max-jobs", type=_positive_int, default=0,
-                 help="export at most this many jobs per target, most active first (0 = all)")
-        add_flag(parser, "--jobstats.jobid-pattern", default=None,
-                 help=r"regex with named groups added as labels, e.g. "
-                      r"'(?P<slurm_job>\d+):(?P<uid>\d+):(?P<host>.+)'")
+        add_flag(
+            parser,
+            "--jobstats.timeout",
+            type=_seconds,
+            default=10.0,
+            help="seconds before a hung lctl is killed and its targets marked down",
+        )
+        add_flag(
+            parser,
+            "--path.procfs",
+            default="/proc",
+            help="procfs mount point for --jobstats.source=procfs",
+        )
+        add_flag(
+            parser,
+            "--jobstats.path",
+            default=None,
+            help="file or glob with lctl get_param output, for --jobstats.source=file",
+        )
+        add_flag(
+            parser,
+            "--jobstats.interval",
+            type=_seconds,
+            default=10.0,
+            help="seconds between background samples; 0 samples on each scrape",
+        )
+        add_flag(
+            parser,
+            "--jobstats.rates",
+            action=argparse.BooleanOptionalAction,
+            default=True,
+            help="export live per-job rates (default on)",
+        )
+        add_flag(
+            parser,
+            "--jobstats.operations",
+            type=_operations,
+            default=None,
+            help="comma-separated allowlist of operations, e.g. read_bytes,write_bytes,open",
+        )
+        add_flag(
+            parser,
+            "--jobstats.max-jobs",
+            type=_positive_int,
+            default=0,
+            help="export at most this many jobs per target, most active first (0 = all)",
+        )
+        add_flag(
+            parser,
+            "--jobstats.jobid-pattern",
+            default=None,
+            help=r"regex with named groups added as labels, e.g. "
+            r"'(?P<slurm_job>\d+):(?P<uid>\d+):(?P<host>.+)'",
+        )
 
     def __init__(self, options: argparse.Namespace) -> None:
         super().__init__(options)
         _big_blocks_straight_from_the_os()
         self.source = self._make_source(options)
-        self.settings = Settings(options.jobstats_interval, options.jobstats_rates,
-                                 options.jobstats_operations, options.jobstats_max_jobs)
+        self.settings = Settings(
+            options.jobstats_interval,
+            options.jobstats_rates,
+            options.jobstats_operations,
+            options.jobstats_max_jobs,
+        )
         self.labels = LabelCache(JobIdPattern(options.jobstats_jobid_pattern))
         self.layouts = Layouts(self.labels, self.settings.operations)
         self.tracker = RateTracker()
@@ -200,8 +254,7 @@ class JobstatsCollector(Collector):
     # ------------------------------------------------------------------ scheduling
     def start(self) -> None:
         if self.settings.interval > 0 and self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="jobstats-sampler",
-                                            daemon=True)
+            self._thread = threading.Thread(target=self._run, name="jobstats-sampler", daemon=True)
             self._thread.start()
 
     def stop(self) -> None:
@@ -255,9 +308,11 @@ class JobstatsCollector(Collector):
             log.exception("jobstats sample failed")
             buffer = io.BytesIO()
             self._parse_errors[("", "")] += 1
-        duration = GaugeMetricFamily("lustre_jobstats_scrape_duration_seconds",
-                                     "Time to read, parse and render the last jobstats sample.",
-                                     value=time.perf_counter() - started)
+        duration = GaugeMetricFamily(
+            "lustre_jobstats_scrape_duration_seconds",
+            "Time to read, parse and render the last jobstats sample.",
+            value=time.perf_counter() - started,
+        )
         buffer.write(render_families([duration]))
         self._snapshot = buffer.getvalue()  # shares the buffer's memory, no copy
         del buffer
@@ -269,12 +324,16 @@ class JobstatsCollector(Collector):
     def _collect(self, wall_clock: float, buffer: io.BytesIO) -> None:
         """Read, parse and pack one target at a time (its text and records are freed before
         the next), then write the families from the packed targets."""
-        up = GaugeMetricFamily("lustre_jobstats_up",
-                               "Whether the target's job_stats could be read (per source when "
-                               "nothing was read).", labels=["component", "target", "source"])
-        jobs_gauge = GaugeMetricFamily("lustre_jobstats_jobs",
-                                       "Job entries the target listed in the last sample.",
-                                       labels=["component", "target"])
+        up = GaugeMetricFamily(
+            "lustre_jobstats_up",
+            "Whether the target's job_stats could be read (per source when nothing was read).",
+            labels=["component", "target", "source"],
+        )
+        jobs_gauge = GaugeMetricFamily(
+            "lustre_jobstats_jobs",
+            "Job entries the target listed in the last sample.",
+            labels=["component", "target"],
+        )
         blocks: list[TargetBlock] = []
         present: list[TargetKey] = []
         read_from: dict[str, list[TargetKey]] = {}  # origin -> its targets in this sample
@@ -292,8 +351,9 @@ class JobstatsCollector(Collector):
                 key = (target.component, target.target)
                 self._count_errors(key, target)
                 if key in present:
-                    self._warn(f"{origin}: {key[0]} {key[1]} already read from another "
-                               "source; ignored")
+                    self._warn(
+                        f"{origin}: {key[0]} {key[1]} already read from another source; ignored"
+                    )
                     self._parse_errors[key] += 1
                     continue
                 present.append(key)
@@ -344,9 +404,11 @@ class JobstatsCollector(Collector):
         rates = self.tracker.update(key, jobs, wall_clock) if self.settings.rates else None
         operations = self.settings.operations
         if operations is not None:
-            filtered = sum(series_per_job(entry, self.settings.rates, None)
-                           - series_per_job(entry, self.settings.rates, operations)
-                           for entry in jobs)
+            filtered = sum(
+                series_per_job(entry, self.settings.rates, None)
+                - series_per_job(entry, self.settings.rates, operations)
+                for entry in jobs
+            )
             if filtered:
                 self._dropped[(*key, "operations")] += filtered
         limit = self.settings.max_jobs
@@ -355,22 +417,28 @@ class JobstatsCollector(Collector):
             kept_ids = {entry.jobid for entry in kept}
             self._dropped[(*key, "max_jobs")] += sum(
                 series_per_job(entry, self.settings.rates, operations)
-                for entry in jobs if entry.jobid not in kept_ids)
+                for entry in jobs
+                if entry.jobid not in kept_ids
+            )
             jobs = [entry for entry in jobs if entry.jobid in kept_ids]
         labels = self.labels.for_target(key, [entry.jobid for entry in jobs])
         return pack_target(jobs, labels, self.layouts, rates)
 
     def _health_families(self) -> list:
-        errors = CounterMetricFamily("lustre_jobstats_parse_errors",
-                                     "Job records (or texts) that could not be parsed and were "
-                                     "skipped.", labels=["component", "target"])
+        errors = CounterMetricFamily(
+            "lustre_jobstats_parse_errors",
+            "Job records (or texts) that could not be parsed and were skipped.",
+            labels=["component", "target"],
+        )
         for (component, target), count in sorted(self._parse_errors.items()):
             errors.add_metric([component, target], count)
-        dropped = CounterMetricFamily("lustre_jobstats_dropped_series",
-                                      "Per-job series left out by --jobstats.max-jobs "
-                                      "(reason=max_jobs) or --jobstats.operations "
-                                      "(reason=operations).",
-                                      labels=["component", "target", "reason"])
+        dropped = CounterMetricFamily(
+            "lustre_jobstats_dropped_series",
+            "Per-job series left out by --jobstats.max-jobs "
+            "(reason=max_jobs) or --jobstats.operations "
+            "(reason=operations).",
+            labels=["component", "target", "reason"],
+        )
         for (component, target, reason), count in sorted(self._dropped.items()):
             dropped.add_metric([component, target, reason], count)
         return [errors, dropped]

@@ -111,8 +111,9 @@ def _op_stats(samples: str, unit: str, low: str, high: str, total: str, sumsq: s
     if not low:
         stats = OpStats(int(samples), unit, 0, 0, 0, None)
     else:
-        stats = OpStats(int(samples), unit, int(low), int(high), int(total),
-                        int(sumsq) if sumsq else None)
+        stats = OpStats(
+            int(samples), unit, int(low), int(high), int(total), int(sumsq) if sumsq else None
+        )
     if max(stats.samples, stats.max, stats.sum) > U64_MAX:  # min <= max; sumsq is not used
         raise _Unreadable(f"a value above 2^64-1 in {unit!r} operation")
     return stats
@@ -186,12 +187,14 @@ def _parse_entry(block: str, target: Target, origin: str, index: int) -> JobEntr
     try:
         found = _scan_lines(body) or _scan_pattern(body)
     except _Unreadable as exc:
-        target.add_error(f"{origin}: {target.target}: record {index} (job_id {jobid!r}): "
-                         f"{exc}; record skipped")
+        target.add_error(
+            f"{origin}: {target.target}: record {index} (job_id {jobid!r}): {exc}; record skipped"
+        )
         return None
     ops, times = found
-    return JobEntry(jobid, times.get("snapshot_time"), times.get("start_time"),
-                    times.get("elapsed_time"), ops)
+    return JobEntry(
+        jobid, times.get("snapshot_time"), times.get("start_time"), times.get("elapsed_time"), ops
+    )
 
 
 def _split_records(text: str) -> list[str]:
@@ -209,8 +212,9 @@ def parse_job_stats(text: str, component: str, target: str, origin: str) -> Targ
     pieces = _split_records(text)
     preamble = pieces[0].strip()
     if preamble not in ("", "job_stats:"):
-        result.add_error(f"{origin}: {target}: unexpected text before the first record: "
-                         f"{preamble[:60]!r}")
+        result.add_error(
+            f"{origin}: {target}: unexpected text before the first record: {preamble[:60]!r}"
+        )
     for index, block in enumerate(pieces[1:]):
         entry = _parse_entry(block, result, origin, index)
         if entry is not None:
@@ -261,8 +265,9 @@ def _param_starts(text: str) -> list[re.Match[str]]:
     return found
 
 
-def iter_get_param(text: str, origin: str, errors: list[str],
-                   params: list[re.Match[str]] | None = None) -> Iterator[Target]:
+def iter_get_param(
+    text: str, origin: str, errors: list[str], params: list[re.Match[str]] | None = None
+) -> Iterator[Target]:
     """``lctl get_param ...`` output: every ``*.job_stats=`` parameter, others ignored.
 
     One target at a time, so a caller can pack each before the next is parsed."""
@@ -274,7 +279,7 @@ def iter_get_param(text: str, origin: str, errors: list[str],
             continue
         found = True
         end = params[number + 1].start() if number + 1 < len(params) else len(text)
-        yield parse_job_stats(text[match.end():end], where[0], where[1], origin)
+        yield parse_job_stats(text[match.end() : end], where[0], where[1], origin)
     if not found and text.strip():
         errors.append(f"{origin}: no '<mdt|obdfilter>.<target>.job_stats=' parameter found")
 
@@ -284,8 +289,13 @@ def parse_get_param(text: str, origin: str) -> ParsedText:
     return ParsedText(list(iter_get_param(text, origin, errors)), errors)
 
 
-def iter_text(text: str, origin: str, errors: list[str], component: str | None = None,
-              target: str | None = None) -> Iterator[Target]:
+def iter_text(
+    text: str,
+    origin: str,
+    errors: list[str],
+    component: str | None = None,
+    target: str | None = None,
+) -> Iterator[Target]:
     """Either ``lctl get_param`` output or a bare ``job_stats`` file named by ``origin``,
     target by target; problems that belong to no target are appended to ``errors``."""
     try:
@@ -300,8 +310,9 @@ def iter_text(text: str, origin: str, errors: list[str], component: str | None =
         errors.append(f"{origin}: internal parser error: {exc!r}")
 
 
-def parse_text(text: str, origin: str, component: str | None = None,
-               target: str | None = None) -> ParsedText:
+def parse_text(
+    text: str, origin: str, component: str | None = None, target: str | None = None
+) -> ParsedText:
     """All of ``iter_text`` at once."""
     errors: list[str] = []
     return ParsedText(list(iter_text(text, origin, errors, component, target)), errors)

@@ -19,8 +19,9 @@ from exporter.jobstats.parser import BYTE_OPERATIONS, JobEntry
 def rate_counters(entry: JobEntry) -> tuple[tuple[str, ...], tuple[int, ...]]:
     """What gets a rate: bytes for read_bytes/write_bytes, calls (``samples``) for the rest."""
     names = tuple(entry.ops)
-    values = tuple([op.sum if name in BYTE_OPERATIONS else op.samples
-                    for name, op in entry.ops.items()])
+    values = tuple(
+        [op.sum if name in BYTE_OPERATIONS else op.samples for name, op in entry.ops.items()]
+    )
     return names, values
 
 
@@ -71,8 +72,9 @@ class RateTracker:
         for key in [key for key in self._targets if key not in wanted]:
             del self._targets[key]
 
-    def update(self, key: tuple[str, str], jobs: Iterable[JobEntry], wall_clock: float
-               ) -> dict[str, tuple[tuple[str, ...], tuple[float, ...]]]:
+    def update(
+        self, key: tuple[str, str], jobs: Iterable[JobEntry], wall_clock: float
+    ) -> dict[str, tuple[tuple[str, ...], tuple[float, ...]]]:
         """Rates of one target's new sample: jobid -> (operation names, per-second values).
 
         Jobs without a defined rate (first sample, no usable time step) are left out.
@@ -110,8 +112,12 @@ class RateTracker:
         return rates
 
     @staticmethod
-    def _first_seen(values: tuple[int, ...], clock: float, start_time: float | None,
-                    previous_clock: float | None) -> tuple[float, ...] | None:
+    def _first_seen(
+        values: tuple[int, ...],
+        clock: float,
+        start_time: float | None,
+        previous_clock: float | None,
+    ) -> tuple[float, ...] | None:
         if start_time is not None:
             since = start_time if previous_clock is None else max(start_time, previous_clock)
             if clock > since:
@@ -124,13 +130,15 @@ class RateTracker:
     def _known(old: _JobState, new: _JobState) -> tuple[tuple[float, ...] | None, bool]:
         """(rates or None, whether to keep the old state because no time has passed)."""
         seconds = new.clock - old.clock
-        restarted = (new.start_time is not None and old.start_time is not None
-                     and new.start_time != old.start_time)
+        restarted = (
+            new.start_time is not None
+            and old.start_time is not None
+            and new.start_time != old.start_time
+        )
         if not restarted and new.names == old.names:
             if new.values == old.values:  # an idle job: the common case
                 return _zeros(len(new.values)), seconds <= 0
-            increments = [now - before for now, before in zip(new.values, old.values,
-                                                              strict=True)]
+            increments = [now - before for now, before in zip(new.values, old.values, strict=True)]
             if min(increments) >= 0:
                 if seconds > 0:
                     return tuple([step / seconds for step in increments]), False

@@ -38,16 +38,31 @@ SIZE_FAMILIES = (
     ("lustre_job_write_maximum_size_bytes", "gauge", "Largest write of the job."),
 )
 SIZES_PER_JOB = len(SIZE_FAMILIES)  # samples, sum, min, max of read_bytes then write_bytes
-STATS = ("lustre_job_stats_total", "counter",
-         "Operations of the job (samples of every operation except read_bytes/write_bytes).")
-LATENCY = ("lustre_job_latency_seconds_total", "counter",
-           "Total time the target spent on the job's operations (Lustre 2.14+, unit usecs).")
-READ_RATE = ("lustre_job_read_bytes_per_second", "gauge",
-             "Bytes read per second between the last two samples.")
-WRITE_RATE = ("lustre_job_write_bytes_per_second", "gauge",
-              "Bytes written per second between the last two samples.")
-OPS_RATE = ("lustre_job_operations_per_second", "gauge",
-            "Operations per second between the last two samples.")
+STATS = (
+    "lustre_job_stats_total",
+    "counter",
+    "Operations of the job (samples of every operation except read_bytes/write_bytes).",
+)
+LATENCY = (
+    "lustre_job_latency_seconds_total",
+    "counter",
+    "Total time the target spent on the job's operations (Lustre 2.14+, unit usecs).",
+)
+READ_RATE = (
+    "lustre_job_read_bytes_per_second",
+    "gauge",
+    "Bytes read per second between the last two samples.",
+)
+WRITE_RATE = (
+    "lustre_job_write_bytes_per_second",
+    "gauge",
+    "Bytes written per second between the last two samples.",
+)
+OPS_RATE = (
+    "lustre_job_operations_per_second",
+    "gauge",
+    "Operations per second between the last two samples.",
+)
 
 
 def escape_label_sets(names: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
@@ -60,7 +75,7 @@ def escape_label_sets(names: Sequence[str], rows: Iterable[Sequence[str]]) -> li
     if count == 0:
         return []
     lines = render_families([family]).decode("utf-8").split("\n")
-    return [line[2:line.rindex("}")] for line in lines if line.startswith("x{")]
+    return [line[2 : line.rindex("}")] for line in lines if line.startswith("x{")]
 
 
 class LabelCache:
@@ -70,8 +85,10 @@ class LabelCache:
         self.pattern = pattern or JobIdPattern(None)
         clash = set(self.pattern.names) & {*JOB_LABELS, "operation"}
         if clash:
-            raise ValueError(f"--jobstats.jobid-pattern: group name(s) {sorted(clash)} clash "
-                             "with the exporter's own labels")
+            raise ValueError(
+                f"--jobstats.jobid-pattern: group name(s) {sorted(clash)} clash "
+                "with the exporter's own labels"
+            )
         self._targets: dict[tuple[str, str], dict[str, str]] = {}
         self._operations: dict[str, str] = {}
 
@@ -90,8 +107,11 @@ class LabelCache:
             prefix = escape_label_sets(("component", "target"), [key])[0] + ","
             names = ("jobid", *self.pattern.names)
             rows = ((jobid, *self.pattern.labels(jobid)) for jobid in missing)
-            fresh.update(zip(missing, [prefix + text for text in escape_label_sets(names, rows)],
-                             strict=True))
+            fresh.update(
+                zip(
+                    missing, [prefix + text for text in escape_label_sets(names, rows)], strict=True
+                )
+            )
         self._targets[key] = fresh
         return [fresh[jobid] for jobid in jobids]
 
@@ -127,8 +147,10 @@ def _template(metric: str, tails: Sequence[tuple[int, str]]) -> str | None:
     if not tails:
         return None
     head = metric + "{{{0}"
-    return "".join(head + tail.replace("{", "{{").replace("}", "}}") + " {" + str(k + 1) + "}\n"
-                   for k, tail in tails)
+    return "".join(
+        head + tail.replace("{", "{{").replace("}", "}}") + " {" + str(k + 1) + "}\n"
+        for k, tail in tails
+    )
 
 
 class Layouts:
@@ -151,16 +173,24 @@ class Layouts:
         return found
 
     def _make(self, names: tuple[str, ...], units: tuple[str, ...]) -> Layout:
-        tails = [(k, self.labels.operation(name) + "}") for k, name in enumerate(names)
-                 if name not in BYTE_OPERATIONS and self.allowed(name)]
+        tails = [
+            (k, self.labels.operation(name) + "}")
+            for k, name in enumerate(names)
+            if name not in BYTE_OPERATIONS and self.allowed(name)
+        ]
         latency = [(k, tail) for k, tail in tails if units[k] == "usecs"]
 
         def index(name: str) -> int:
             return names.index(name) if name in names and self.allowed(name) else -1
 
-        return Layout(names, index("read_bytes"), index("write_bytes"),
-                      _template(STATS[0], tails), _template(LATENCY[0], latency),
-                      _template(OPS_RATE[0], tails))
+        return Layout(
+            names,
+            index("read_bytes"),
+            index("write_bytes"),
+            _template(STATS[0], tails),
+            _template(LATENCY[0], latency),
+            _template(OPS_RATE[0], tails),
+        )
 
 
 @dataclass(slots=True, eq=False)
@@ -184,16 +214,26 @@ class TargetBlock:
     rated: bytearray
 
 
-def pack_target(entries: Sequence[JobEntry], labels: list[str], layouts: Layouts,
-                rates: Mapping[str, tuple[tuple[str, ...], tuple[float, ...]]] | None
-                ) -> TargetBlock:
+def pack_target(
+    entries: Sequence[JobEntry],
+    labels: list[str],
+    layouts: Layouts,
+    rates: Mapping[str, tuple[tuple[str, ...], tuple[float, ...]]] | None,
+) -> TargetBlock:
     """``entries`` with their label text and rates (None: rates are off) -> a TargetBlock.
 
     A job's rates are in the order of its operations, as ``RateTracker.update`` gives them."""
     rating = rates is not None
-    block = TargetBlock(labels, [], array("Q"), array("Q"), array("d"),
-                        array("d") if rating else None, array("d") if rating else None,
-                        bytearray(len(entries)))
+    block = TargetBlock(
+        labels,
+        [],
+        array("Q"),
+        array("Q"),
+        array("d"),
+        array("d") if rating else None,
+        array("d") if rating else None,
+        bytearray(len(entries)),
+    )
     nan = float("nan")
     for number, entry in enumerate(entries):
         layout = layouts.of(entry)
@@ -203,8 +243,9 @@ def pack_target(entries: Sequence[JobEntry], labels: list[str], layouts: Layouts
             op = entry.ops.get(name)
             block.sizes.extend((0, 0, 0, 0) if op is None else (op.samples, op.sum, op.min, op.max))
         block.samples.extend([op.samples for op in ops])
-        block.seconds.extend([op.sum / USECS_PER_SECOND if op.unit == "usecs" else 0.0
-                              for op in ops])
+        block.seconds.extend(
+            [op.sum / USECS_PER_SECOND if op.unit == "usecs" else 0.0 for op in ops]
+        )
         if rating:
             found = rates.get(entry.jobid)
             if found is None:
@@ -213,8 +254,9 @@ def pack_target(entries: Sequence[JobEntry], labels: list[str], layouts: Layouts
             else:
                 values = found[1]
                 block.rates.extend(values)
-                block.byte_rates.extend([nan if index < 0 else values[index]
-                                         for index in (layout.read, layout.write)])
+                block.byte_rates.extend(
+                    [nan if index < 0 else values[index] for index in (layout.read, layout.write)]
+                )
                 block.rated[number] = 1
     return block
 
@@ -268,8 +310,14 @@ def _release(blocks: Sequence[TargetBlock], name: str) -> None:
         setattr(block, name, None)
 
 
-def _render_per_job(blocks: Sequence[TargetBlock], out: _Writer, spec: tuple[str, str, str],
-                    values_of: str, first: int, stride: int) -> None:
+def _render_per_job(
+    blocks: Sequence[TargetBlock],
+    out: _Writer,
+    spec: tuple[str, str, str],
+    values_of: str,
+    first: int,
+    stride: int,
+) -> None:
     """A family with one series per job; the value is every ``stride``-th number of
     ``values_of`` from ``first``. NaN (no rate) and jobs without the operation are left out."""
     line = (spec[0] + "{{{}}} {}\n").format
@@ -281,16 +329,20 @@ def _render_per_job(blocks: Sequence[TargetBlock], out: _Writer, spec: tuple[str
         values = values[first::stride]
         if values_of == "sizes":
             reading = first < SIZES_PER_JOB // 2
-            present = [(layout.read if reading else layout.write) >= 0
-                       for layout in block.layouts]
+            present = [(layout.read if reading else layout.write) >= 0 for layout in block.layouts]
         else:
             present = [value == value for value in values]  # NaN != NaN
         parts.extend(map(line, compress(block.labels, present), compress(values, present)))
         out.flush()
 
 
-def _render_per_operation(blocks: Sequence[TargetBlock], out: _Writer,
-                          spec: tuple[str, str, str], template_of: str, values_of: str) -> None:
+def _render_per_operation(
+    blocks: Sequence[TargetBlock],
+    out: _Writer,
+    spec: tuple[str, str, str],
+    template_of: str,
+    values_of: str,
+) -> None:
     """A family with one series per operation: one ``str.format`` per job."""
     parts = out.begin(spec)
     for block in blocks:
@@ -303,7 +355,7 @@ def _render_per_operation(blocks: Sequence[TargetBlock], out: _Writer,
             width = len(layout.names)
             template = getattr(layout, template_of)
             if template is not None and (block.rated[job] or not rated_only):
-                parts.append(template.format(text, *values[at:at + width]))
+                parts.append(template.format(text, *values[at : at + width]))
                 if len(parts) >= _Writer.CHUNK:
                     out.flush()
             at += width

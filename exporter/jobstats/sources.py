@@ -76,9 +76,13 @@ class LctlSource:
     def _run(self) -> tuple[list[str], str | None]:
         name = self.command[0]
         try:
-            proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                self.command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
         except OSError as exc:
             return [], f"cannot run {name}: {exc.strerror or exc}"
         late = f"{name} did not answer within {self.timeout:g} s; killed"
@@ -99,7 +103,7 @@ class LctlSource:
                         if not data:
                             selector.unregister(key.fileobj)
                         elif key.fileobj is proc.stderr:
-                            errors += data[:MAX_ERROR_TEXT - len(errors)]
+                            errors += data[: MAX_ERROR_TEXT - len(errors)]
                         else:
                             pending += data
                             start = max(pending.rfind(b"\n", 0, scanned), 0)
@@ -152,8 +156,9 @@ class ProcfsSource:
                 # No local name keeps the text: the caller frees it once parsed.
                 yield RawText(path, *_read_file(path), component, Path(path).parent.name)
         if not found:
-            yield RawText(str(self.root), None,
-                          f"no job_stats under {self.root}/{{mdt,obdfilter}}/*/")
+            yield RawText(
+                str(self.root), None, f"no job_stats under {self.root}/{{mdt,obdfilter}}/*/"
+            )
 
 
 class FileSource:
@@ -163,8 +168,7 @@ class FileSource:
         self.pattern = pattern
 
     def read(self) -> Iterator[RawText]:
-        paths = sorted(glob.glob(self.pattern)) if glob.has_magic(self.pattern) else [
-            self.pattern]
+        paths = sorted(glob.glob(self.pattern)) if glob.has_magic(self.pattern) else [self.pattern]
         if not paths:
             yield RawText(self.pattern, None, f"{self.pattern}: no file matches")
         for path in paths:
