@@ -19,7 +19,6 @@ import json
 import os
 import re
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -28,6 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
+
+from post_job.files import replaced_atomically
 
 DEFAULT_BATCH_SIZE = 5000
 DEFAULT_TIMEOUT_SECONDS = 10.0
@@ -276,16 +277,8 @@ def write_line_file(lines: Sequence[str], output: str | Path | None) -> None:
         return
     path = Path(output)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with replaced_atomically(path) as handle:
+        handle.write(text)
 
 
 def url_problem(url: str) -> str | None:

@@ -5,6 +5,7 @@ their points; nothing raises out of collect_darshan."""
 
 from __future__ import annotations
 
+import gzip
 import random
 import string
 from pathlib import Path
@@ -318,3 +319,26 @@ def test_a_hung_read_is_killed_and_named():
     ((path, outcome),) = read_darshan_logs_isolated([log_path(IMBALANCED)], timeout=1e-4)
     assert isinstance(outcome, DarshanReadError)
     assert str(outcome).startswith(f"{path}: PyDarshan did not finish within 0 s")
+
+
+def test_gzipped_text_gives_the_points_of_the_plain_text(tmp_path):
+    plain = text_path(MPI_IO_TEST)
+    zipped = tmp_path / "archived.txt.gz"
+    zipped.write_bytes(gzip.compress(plain.read_bytes()))
+    expected = collect_darshan([], [plain], JOB)
+    got = collect_darshan([], [zipped], JOB)
+    assert got.errors == [e.replace(str(plain), str(zipped)) for e in expected.errors]
+    assert [p.to_line() for p in got.points] == [p.to_line() for p in expected.points]
+    assert len(got.points) > 0
+
+
+def test_truncated_or_corrupt_gzipped_text_is_named_and_costs_only_itself(tmp_path):
+    packed = gzip.compress(text_path(SKEW).read_bytes())
+    truncated = tmp_path / "truncated.txt.gz"
+    truncated.write_bytes(packed[: len(packed) // 2])
+    corrupt = tmp_path / "corrupt.txt.gz"
+    corrupt.write_bytes(b"\x1f\x8b" + b"\x00" * 64)
+    output = collect_darshan([], [truncated, corrupt, text_path(MPI_IO_TEST)], JOB)
+    assert f"{truncated}: gzip stream is truncated after" in output.errors[0]
+    assert any(e.startswith(f"{corrupt}: corrupt gzip data") for e in output.errors)
+    assert len(measurements(output, "darshan_job")) == 2  # the truncated prefix and the good log

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
+import gzip
 import re
 import shutil
 import urllib.request
@@ -239,3 +240,38 @@ def test_points_are_accepted_by_influxdb(influxdb1) -> None:
         "Initial Controls: {}",
         "Initial Controls:\\nCPU_FREQUENCY_MAX_CONTROL: 1500000000.0",
     ]
+
+
+def test_gzipped_report_gives_the_points_of_the_plain_report(tmp_path: Path) -> None:
+    plain = DATA / "geopm-2.0.0+dev39x_test_sleep_report.yaml"
+    zipped = tmp_path / "report.yaml.gz"
+    zipped.write_bytes(gzip.compress(plain.read_bytes()))
+    output = collect_geopm_reports([zipped], JOB)
+    assert output.errors == []
+    assert to_lines(output.points) == to_lines(collect(plain.name))
+
+
+def test_corrupt_gzipped_report_is_named(tmp_path: Path) -> None:
+    corrupt = tmp_path / "report.yaml.gz"
+    corrupt.write_bytes(b"\x1f\x8b" + b"\x00" * 64)
+    output = collect_geopm_reports(
+        [corrupt, DATA / "geopm-2.0.0+dev39x_test_sleep_report.yaml"], JOB
+    )
+    assert len(output.errors) == 1 and output.errors[0].startswith(f"{corrupt}: corrupt gzip data")
+    assert output.points
+
+
+def test_session_documents_without_time_are_said_once_and_kept_apart(tmp_path: Path) -> None:
+    source = DATA / "geopmsession_report_2025-05-16_report-samples-10_yaml_multidoc.yaml"
+    lines = source.read_text().splitlines()
+    documents = sum(1 for line in lines if line.startswith("host:"))
+    path = tmp_path / "untimed.yaml"
+    path.write_text("\n".join(ln for ln in lines if not ln.startswith("sample-time-first")) + "\n")
+    output = collect_geopm_reports([path], JOB)
+    assert [e for e in output.errors if "no readable start time" in e] == [
+        f"{path}: no readable start time; points use the file's modification time"
+    ]
+    mtime = path.stat().st_mtime_ns
+    sessions = [p for p in output.points if p.measurement == "geopm_session"]
+    assert documents == 4
+    assert sorted(p.time_ns for p in sessions) == [mtime + i for i in range(documents)]

@@ -20,6 +20,7 @@ from post_job.darshan.reader_pydarshan import (
 from post_job.darshan.reader_text import read_parser_text
 from post_job.darshan.signals import compute_signals
 from post_job.darshan.signals_text import write_signals
+from post_job.files import unexpected_error
 from post_job.model import JobContext, SourceOutput
 
 __all__ = ["collect_darshan", "read_log", "read_text"]
@@ -65,7 +66,7 @@ def collect_darshan(
             output.errors.append(str(exc))
             continue
         except Exception as exc:  # a bug or an input no check foresaw: keep the other logs
-            output.errors.append(f"{path}: cannot process ({type(exc).__name__}: {exc})")
+            output.errors.append(unexpected_error(path, "processing the log", exc))
             continue
         if log.skipped_modules and not log.modules and not log.heatmaps:
             output.errors.append(

@@ -30,6 +30,7 @@ from post_job.darshan.model import (
     round_like_parser,
 )
 from post_job.darshan.reader_pydarshan import DarshanReadError
+from post_job.files import InputError, read_input
 
 _MAX_LISTED_BAD_LINES = 5
 _PARTIAL_MARK = b"# *WARNING*: The "
@@ -60,14 +61,15 @@ class _Rows:
 def read_parser_text(path: str | Path) -> DarshanLog:
     """Read one darshan-parser output file; raise DarshanReadError when it has no log in it."""
     path = Path(path)
+    gzip_problems: list[str] = []
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise DarshanReadError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        data, _ = read_input(path, gzip_problems)  # sites often archive the text gzipped
+    except InputError as exc:
+        raise DarshanReadError(str(exc)) from exc
     if _FIRST_NON_SPACE.search(data) is None:
         raise DarshanReadError(f"{path}: empty file, not darshan-parser output")
     job = _parse_header(path, data)
-    log = DarshanLog(source=str(path), job=job)
+    log = DarshanLog(source=str(path), job=job, problems=gzip_problems)
     if not any(line.startswith("# start_time: ") for line in job.header_lines):
         log.problems.append(f"{path}: no '# start_time:' header line; points are stamped 0")
     partial = _partial_modules(data)

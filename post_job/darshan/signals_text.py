@@ -14,6 +14,7 @@ from pathlib import Path
 
 from post_job.darshan.model import JobInfo
 from post_job.darshan.signals import NA, LogSignals, Value
+from post_job.files import replaced_atomically
 
 _RULE = "# " + "=" * 60
 # module signals that need the module's time; the others are sizes and totals (MODULE_AGG)
@@ -58,8 +59,9 @@ def signal_lines(job: JobInfo, signals: LogSignals) -> Iterator[str]:
 
 
 def write_signals(path: Path, logs: list[tuple[JobInfo, LogSignals]]) -> None:
-    """Write the signals of one or more logs (one header block each) to ``path``."""
-    with Path(path).open("w", encoding="utf-8") as handle:
+    """Write the signals of one or more logs (one header block each) to ``path``, replacing
+    it only once complete (a re-run or a killed hook never leaves half a file)."""
+    with replaced_atomically(path) as handle:
         for job, signals in logs:
             for line in signal_lines(job, signals):
                 handle.write(line)

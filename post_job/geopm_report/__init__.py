@@ -10,10 +10,10 @@ without time get that time plus their index in nanoseconds, so they do not overw
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from post_job.files import file_time_ns, unexpected_error
 from post_job.geopm_report.parser import parse_report_file
 from post_job.geopm_report.points import report_points, session_points
 from post_job.geopm_report.records import Report
@@ -28,27 +28,21 @@ def collect_geopm_reports(reports: Sequence[Path], job: JobContext) -> SourceOut
     for path in reports:
         result = parse_report_file(path)
         output.errors.extend(result.errors)
+        modified_ns: int | None = None  # read, and said, once per file
         for index, record in enumerate(result.reports):
             time_ns = record.start_time_ns
             if time_ns is None:
-                time_ns = _file_time_ns(Path(path)) + index
-                output.errors.append(
-                    f"{path}: no readable start time; points use the file's modification time"
-                )
+                if modified_ns is None:
+                    modified_ns = file_time_ns(path)
+                    output.errors.append(
+                        f"{path}: no readable start time; points use the file's modification time"
+                    )
+                time_ns = modified_ns + index
             try:
                 if isinstance(record, Report):
                     output.points.extend(report_points(record, job, time_ns))
                 else:
                     output.points.extend(session_points(record, job, time_ns))
             except Exception as exc:  # noqa: BLE001 - one bad record must not cost the rest
-                output.errors.append(
-                    f"{path}: cannot convert to points ({type(exc).__name__}: {exc})"
-                )
+                output.errors.append(unexpected_error(path, "converting to points", exc))
     return output
-
-
-def _file_time_ns(path: Path) -> int:
-    try:
-        return os.stat(path).st_mtime_ns
-    except OSError:
-        return 0

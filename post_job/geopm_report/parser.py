@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 from hpcmon.timeutil import NS_PER_SECOND
+from post_job.files import InputError, read_input
 from post_job.geopm_report.records import (
     SCOPE_BY_SECTION,
     HostReport,
@@ -189,11 +190,14 @@ def _value_with_unit(key: str, text: str) -> tuple[str, Value]:
 def parse_report_file(path: str | Path) -> ParseResult:
     """Every report (or session document) in one file, plus the problems met; never raises."""
     path = Path(path)
+    gzip_problems: list[str] = []
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        return ParseResult(errors=[f"{path}: cannot read: {exc.strerror or exc}"])
-    return parse_report_text(data.decode("utf-8", errors="replace"), path)
+        data, _ = read_input(path, gzip_problems)
+    except InputError as exc:
+        return ParseResult(errors=[str(exc)])
+    result = parse_report_text(data.decode("utf-8", errors="replace"), path)
+    result.errors[:0] = gzip_problems
+    return result
 
 
 def parse_report_text(text: str, path: str | Path) -> ParseResult:

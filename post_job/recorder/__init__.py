@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from post_job.files import input_labels, unexpected_error
 from post_job.model import JobContext, SourceOutput
 from post_job.recorder.dataframe import (
     MultiRecorderDFHandler,
@@ -36,13 +37,11 @@ def collect_recorder(
     per_rank_functions: bool = False,
 ) -> SourceOutput:
     output = SourceOutput()
-    names = [Path(d).name for d in trace_dirs]
-    for trace_dir, name in zip(trace_dirs, names, strict=True):
-        trace_dir = Path(trace_dir)
-        label = name if names.count(name) == 1 else str(trace_dir)
+    paths = [Path(d) for d in trace_dirs]
+    for trace_dir, label in zip(paths, input_labels(paths), strict=True):
         try:
             frame = RecorderDataFrame.from_recorder(trace_dir)
-            output.errors.extend(f"recorder: {problem}" for problem in frame.errors)
+            output.errors.extend(frame.errors)
             output.points.extend(
                 trace_points(
                     frame,
@@ -53,9 +52,7 @@ def collect_recorder(
                 )
             )
         except RecorderTraceError as exc:
-            output.errors.append(f"recorder: {exc}")
+            output.errors.append(str(exc))
         except Exception as exc:  # a hostile trace must never take the job's other data down
-            output.errors.append(
-                f"recorder: {trace_dir}: unreadable trace ({type(exc).__name__}: {exc})"
-            )
+            output.errors.append(unexpected_error(trace_dir, "reading the trace", exc))
     return output

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from post_job.files import input_labels, replaced_atomically, unexpected_error
 from post_job.model import JobContext, SourceOutput
 from post_job.viztracer.cleaning import (
     CleanedViztracerData,
@@ -26,7 +26,6 @@ from post_job.viztracer.points import (
     function_points,
     merge_function_stats,
     summary_point,
-    trace_labels,
     trace_time_ns,
 )
 from post_job.viztracer.reader import TraceReadError, ViztracerTrace, read_trace
@@ -59,7 +58,7 @@ def collect_viztracer(
     """
     output = SourceOutput()
     paths = [Path(p) for p in traces]
-    labels = trace_labels(paths)
+    labels = input_labels(paths)
     out_paths = cleaned_output_paths(cleaned_out, len(paths))
     functions: dict[str, FunctionStats] = {}
     latest_ns: int | None = None
@@ -126,7 +125,7 @@ def _clean_one(
         errors.append(str(exc))
         return None
     except Exception as exc:  # a bug here must not cost the job its other sources
-        errors.append(f"{path}: unexpected error while reading or cleaning the trace: {exc!r}")
+        errors.append(unexpected_error(path, "reading or cleaning the trace", exc))
         return None
     errors.extend(trace.errors)
     if result.overlapping_calls:
@@ -141,13 +140,8 @@ def _clean_one(
 
 
 def _write_atomically(path: Path, data: bytes, errors: list[str]) -> None:
-    temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
-        temporary.write_bytes(data)
-        os.replace(temporary, path)
+        with replaced_atomically(path, binary=True) as handle:
+            handle.write(data)
     except OSError as exc:
         errors.append(f"{path}: cannot write the cleaned trace: {exc.strerror or exc}")
-        try:
-            temporary.unlink(missing_ok=True)
-        except OSError:
-            pass

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from hpcmon.points import Point
+from post_job.files import file_time_ns
 from post_job.model import JobContext
 from post_job.viztracer.cleaning import CleaningResult, FunctionStats, total_time_error
 from post_job.viztracer.reader import ViztracerTrace
@@ -40,10 +40,7 @@ def trace_time_ns(trace: ViztracerTrace) -> int:
         if time_range is not None:
             return trace.base_time_ns + round(time_range[1] * 1000)
         return trace.base_time_ns
-    try:
-        return trace.path.stat().st_mtime_ns
-    except OSError:
-        return 0
+    return file_time_ns(trace.path)
 
 
 def merge_function_stats(into: dict[str, FunctionStats], more: Iterable[FunctionStats]) -> None:
@@ -117,16 +114,7 @@ def summary_point(summary: TraceSummary, trace_label: str, job: JobContext, time
     if result.calls_in > 0:
         fields["event_reduction_ratio"] = 1 - events_out / result.calls_in
     else:
-        fields["event_reduction_ratio_na"] = "no calls in trace"
+        fields["na_reasons"] = "event_reduction_ratio:no_calls"  # as Darshan: signal:reason
     if trace.version:
         fields["viztracer_version"] = trace.version
     return Point("viztracer_summary", {**job.base_tags(), "trace": trace_label}, fields, time_ns)
-
-
-def trace_labels(paths: list[Path]) -> list[str]:
-    """File names as ``trace`` tags; full paths when two traces share a name, and the position
-    too when the same path was given twice (one summary point each, none overwritten)."""
-    for labels in ([path.name for path in paths], [str(path) for path in paths]):
-        if len(set(labels)) == len(labels):
-            return labels
-    return [f"{path}#{index}" for index, path in enumerate(paths, start=1)]

@@ -17,12 +17,12 @@ ascending, the longer, outer call first at equal starts): sorting 1.2M such tupl
 from __future__ import annotations
 
 import json
-import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-GZIP_MAGIC = b"\x1f\x8b"
+from post_job.files import InputError, read_input
+
 # Timestamps and durations beyond ~31 years in microseconds are garbage, not data.
 MAX_MICROSECONDS = 1e15
 MAX_REASONS = 10  # error lines about malformed events, per file
@@ -109,12 +109,9 @@ def read_trace(path: str | Path) -> ViztracerTrace:
     path = Path(path)
     errors: list[str] = []
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise TraceReadError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    file_bytes = len(raw)
-    if raw[:2] == GZIP_MAGIC:
-        raw = _gunzip(raw, path, errors)
+        raw, file_bytes = read_input(path, errors)
+    except InputError as exc:
+        raise TraceReadError(str(exc)) from exc
     document = _parse_json(raw, path, errors)
     json_bytes = len(raw)
     del raw
@@ -150,18 +147,6 @@ def read_trace(path: str | Path) -> ViztracerTrace:
             f"that started before ts {trace.complete_from()} us may miss children"
         )
     return trace
-
-
-def _gunzip(data: bytes, path: Path, errors: list[str]) -> bytes:
-    """Decompress, keeping the readable prefix of a truncated or corrupt gzip stream."""
-    decompressor = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-    try:
-        out = decompressor.decompress(data) + decompressor.flush()
-    except zlib.error as exc:
-        raise TraceReadError(f"{path}: corrupt gzip data: {exc}") from exc
-    if not decompressor.eof:
-        errors.append(f"{path}: gzip stream is truncated after {len(out):,} bytes of JSON")
-    return out
 
 
 def _parse_json(raw: bytes, path: Path, errors: list[str]) -> object:

@@ -1,0 +1,94 @@
+"""File handling every post-job part shares, so that all sources behave alike for users.
+
+- ``read_input``: an input file's bytes, gunzipped when it is gzip data (sites archive their
+  traces and text logs compressed), with the same "<file>: <problem>" errors for every source;
+- ``replaced_atomically``: outputs (line protocol, signals file, cleaned traces) are written
+  beside their target and renamed over it, so a re-run or a crash never leaves half a file;
+- ``file_time_ns``: the deterministic fallback time for data that carries none (the input
+  file's modification time does not change when the hook runs again on the same job);
+- ``input_labels``: tag values naming a job's input files or directories, distinct even
+  when two share a name, so one input's points never overwrite another's;
+- ``unexpected_error``: the one "<file>: <problem>" line for an error no check foresaw.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import zlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+class InputError(ValueError):
+    """The input file cannot be read at all (the message names the file and the problem)."""
+
+
+def read_input(path: Path, errors: list[str]) -> tuple[bytes, int]:
+    """The file's content (gunzipped when it starts with the gzip magic, whatever its name)
+    and its size on disk. A truncated gzip stream keeps its readable prefix and adds a line to
+    ``errors``; an unreadable file or corrupt gzip data raises InputError."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    file_bytes = len(raw)
+    if raw[:2] == GZIP_MAGIC:
+        raw = _gunzip(raw, path, errors)
+    return raw, file_bytes
+
+
+def _gunzip(data: bytes, path: Path, errors: list[str]) -> bytes:
+    """Decompress, keeping the readable prefix of a truncated gzip stream."""
+    decompressor = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        out = decompressor.decompress(data) + decompressor.flush()
+    except zlib.error as exc:
+        raise InputError(f"{path}: corrupt gzip data: {exc}") from exc
+    if not decompressor.eof:
+        errors.append(f"{path}: gzip stream is truncated after {len(out):,} bytes")
+    return out
+
+
+@contextlib.contextmanager
+def replaced_atomically(path: str | Path, *, binary: bool = False) -> Iterator[IO[Any]]:
+    """A handle on a temporary file beside ``path`` that replaces ``path`` once the block ends
+    without error (flushed to disk first); on error the temporary file is removed."""
+    path = Path(path)
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def file_time_ns(path: str | Path) -> int:
+    """The file's modification time in epoch ns (0 when it cannot be read)."""
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return 0
+
+
+def input_labels(paths: Sequence[Path]) -> list[str]:
+    """Names of the inputs: file names; full paths when two share a name; with the position
+    too when the same path was given twice (one set of points each, none overwritten)."""
+    for labels in ([path.name for path in paths], [str(path) for path in paths]):
+        if len(set(labels)) == len(labels):
+            return labels
+    return [f"{path}#{index}" for index, path in enumerate(paths, start=1)]
+
+
+def unexpected_error(path: str | Path, doing: str, exc: BaseException) -> str:
+    """``<file>: unexpected error while <doing> (<Type>: <message>)``: the catch-all line for
+    a bug or an input no check foresaw (the job's other inputs are still processed)."""
+    return f"{path}: unexpected error while {doing} ({type(exc).__name__}: {exc})"
