@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
-from exporter.collector import Collector
+from exporter.collector import Collector, add_flag
 from exporter.exposition import render_families
 from exporter.web import load_web_config, make_server
 
@@ -49,30 +49,28 @@ def build_parser(collectors: dict[str, type[Collector]]) -> argparse.ArgumentPar
         prog="hpcmon-exporter",
         description="Prometheus exporter: Lustre jobstats, GEOPM/RAPL power, jobs on the node.",
     )
-    parser.add_argument(
+    add_flag(
+        parser,
         "--web.listen-address",
-        dest="web_listen_address",
         default=DEFAULT_LISTEN_ADDRESS,
-        help="host:port to listen on; ':19325' for all interfaces "
-        f"(default {DEFAULT_LISTEN_ADDRESS})",
+        help="host:port to listen on; ':19325' for all interfaces",
     )
-    parser.add_argument("--web.telemetry-path", dest="web_telemetry_path", default="/metrics")
-    parser.add_argument(
-        "--web.config.file",
-        dest="web_config_file",
-        default=None,
-        help="exporter-toolkit web config (TLS, basic auth)",
-    )
-    parser.add_argument(
-        "--log.level", dest="log_level", default="info", choices=["debug", "info", "warn", "error"]
+    add_flag(parser, "--web.telemetry-path", default="/metrics", help="path of the metrics")
+    add_flag(parser, "--web.config.file", help="exporter-toolkit web config (TLS, basic auth)")
+    add_flag(
+        parser,
+        "--log.level",
+        default="info",
+        choices=["debug", "info", "warn", "error"],
+        help="least severe messages logged",
     )
     for name, cls in collectors.items():
-        parser.add_argument(
+        add_flag(
+            parser,
             f"--collector.{name}",
-            dest=f"collector_{name}",
             action=argparse.BooleanOptionalAction,
             default=cls.enabled_by_default,
-            help=f"{cls.description} (default {'on' if cls.enabled_by_default else 'off'})",
+            help=cls.description,
         )
     for cls in collectors.values():
         cls.add_arguments(parser)
@@ -140,9 +138,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=getattr(logging, options.log_level.upper().replace("WARN", "WARNING")),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    enabled = [
-        cls(options) for name, cls in collectors.items() if getattr(options, f"collector_{name}")
-    ]
+    try:
+        enabled = [
+            cls(options)
+            for name, cls in collectors.items()
+            if getattr(options, f"collector_{name}")
+        ]
+    except ValueError as exc:  # flags that are wrong together, e.g. a source without its path
+        parser.error(str(exc))
     if not enabled:
         parser.error("no collector enabled")
     try:

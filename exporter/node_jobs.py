@@ -22,7 +22,7 @@ from pathlib import Path
 
 from prometheus_client.core import GaugeMetricFamily
 
-from exporter.collector import Collector, add_flag
+from exporter.collector import Collector, ProblemLog, add_flag
 from exporter.exposition import render_families
 
 log = logging.getLogger("hpcmon.exporter.jobs")
@@ -180,7 +180,7 @@ class NodeJobsCollector(Collector):
             parser,
             "--path.cgroupfs",
             default="/sys/fs/cgroup",
-            help="cgroup file system mount point (default /sys/fs/cgroup)",
+            help="cgroup file system mount point",
         )
         add_flag(
             parser,
@@ -191,12 +191,11 @@ class NodeJobsCollector(Collector):
 
     def __init__(self, options: argparse.Namespace) -> None:
         super().__init__(options)
-        self.cgroupfs = Path(getattr(options, "path_cgroupfs", "/sys/fs/cgroup"))
-        jobs_dir = getattr(options, "jobs_dir", None)
-        self.jobs_dir = Path(jobs_dir) if jobs_dir else None
+        self.cgroupfs = Path(options.path_cgroupfs)
+        self.jobs_dir = Path(options.jobs_dir) if options.jobs_dir else None
         # --path.procfs belongs to the jobstats collector; use it when it is registered.
         self.procfs = Path(getattr(options, "path_procfs", None) or "/proc")
-        self._reported: set[str] = set()
+        self._problems = ProblemLog(log, limit=1000)
 
     def jobs(self) -> list[NodeJob]:
         sources = [
@@ -207,9 +206,7 @@ class NodeJobsCollector(Collector):
             from_files, problems = jobs_from_prolog_dir(self.jobs_dir)
             sources.append(from_files)
             for problem in problems:
-                if problem not in self._reported and len(self._reported) < 1000:
-                    self._reported.add(problem)
-                    log.warning("%s", problem)
+                self._problems.warn(problem)
         return merge_jobs(*sources)
 
     def exposition(self) -> bytes:

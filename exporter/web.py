@@ -22,7 +22,7 @@ import bcrypt
 
 from hpcmon.config import ConfigError, load_yaml_mapping
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("hpcmon.exporter.web")
 
 CONTENT_TYPE_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 

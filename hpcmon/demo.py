@@ -19,13 +19,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from exporter.replay import load_sections, render, write_atomically
+from hpcmon.process import stop_process
 from hpcmon.servers import (
     InfluxDB1,
     Prometheus,
     free_port,
     run_influxdb1,
     run_prometheus,
-    stop_process,
     wait_http,
 )
 

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import yaml
 
+from hpcmon.process import stop_process
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -61,18 +63,6 @@ def wait_http(
     raise TimeoutError(
         f"{url} not ready after {timeout}s:\n" + log_path.read_text(errors="replace")[-3000:]
     )
-
-
-def stop_process(proc: subprocess.Popen, timeout: float = 10) -> None:
-    """SIGTERM, then SIGKILL if the process has not exited within ``timeout`` seconds."""
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5)
 
 
 @dataclass

@@ -3,11 +3,14 @@ and isolation of a failing collector."""
 
 from __future__ import annotations
 
+import argparse
 import base64
+import logging
 import ssl
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -17,8 +20,8 @@ import bcrypt
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.cli import Exporter
-from exporter.collector import Collector
+from exporter.cli import Exporter, available_collectors, build_parser
+from exporter.collector import Collector, Periodic, ProblemLog
 from exporter.web import WebConfig, load_web_config, make_server
 from hpcmon.config import ConfigError
 from tests.servers import free_port, stop_process
@@ -240,3 +243,60 @@ def test_prometheus_scrapes_through_tls_and_basic_auth(
         assert "401" in bad["lastError"]
     finally:
         stop_process(proc)
+
+
+def test_every_flag_with_a_default_states_it_in_its_help() -> None:
+    parser = build_parser(available_collectors())
+    for action in parser._actions:
+        if action.default in (None, argparse.SUPPRESS):
+            continue
+        assert "default" in (action.help or ""), action.option_strings
+    helps = {a.option_strings[0]: a.help for a in parser._actions if a.option_strings}
+    assert helps["--collector.jobstats"].endswith("(default on)")
+    assert helps["--collector.geopm"].endswith("(default off)")
+    assert helps["--jobstats.interval"].endswith("(default 10)")
+    assert helps["--web.listen-address"].endswith("(default 127.0.0.1:19325)")
+
+
+@pytest.mark.parametrize(
+    ("repeat_seconds", "expected"),
+    [
+        (None, ["WARNING a", "DEBUG a", "WARNING b", "WARNING c", "WARNING a"]),
+        (3600.0, ["WARNING a", "DEBUG a", "WARNING b", "WARNING c", "WARNING a"]),
+        (0.0, ["WARNING a", "WARNING a", "WARNING b", "WARNING c", "WARNING a"]),
+    ],
+)
+def test_problem_log_says_each_problem_once(
+    caplog: pytest.LogCaptureFixture, repeat_seconds: float | None, expected: list[str]
+) -> None:
+    """Repeats go to DEBUG (or WARNING again after repeat_seconds); with room for two
+    messages, the third one starts the memory afresh, so "a" is news again."""
+    logger = logging.getLogger("hpcmon.test.problems")
+    problems = ProblemLog(logger, repeat_seconds=repeat_seconds, limit=2)
+    with caplog.at_level(logging.DEBUG, logger=logger.name):
+        for message in ["a", "a", "b", "c", "a"]:
+            problems.warn(message)
+    assert [f"{r.levelname} {r.getMessage()}" for r in caplog.records] == expected
+
+
+def test_periodic_thread_outlives_a_failing_step_and_stops() -> None:
+    calls: list[int] = []
+    third = threading.Event()
+
+    def step() -> None:
+        calls.append(1)
+        if len(calls) == 3:
+            third.set()
+        if len(calls) == 1:
+            raise RuntimeError("first step fails")
+
+    periodic = Periodic("test-periodic", step, 0.01)
+    periodic.start()
+    try:
+        assert third.wait(10)  # the failure of the first step did not end the thread
+    finally:
+        periodic.stop(timeout=10)
+    assert not periodic.running
+    stopped_at = len(calls)
+    time.sleep(0.05)
+    assert len(calls) == stopped_at

@@ -498,7 +498,7 @@ def test_background_sampler_shares_one_snapshot(tmp_path: Path) -> None:
         assert collector.exposition() is collector.exposition()  # same bytes, no re-render
     finally:
         collector.stop()
-    assert collector._thread is None  # the sampler thread ended
+    assert not collector._sampler.running  # the sampler thread ended
 
 
 def test_background_sampler_with_hung_lctl_never_blocks_scrapes(tmp_path: Path) -> None:
@@ -599,3 +599,26 @@ def test_lctl_output_read_in_pieces_gives_the_same_series(tmp_path: Path, monkey
     )
     up = named(from_lctl, "lustre_jobstats_up")
     assert len(up) == 5 and set(up.values()) == {1}
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--jobstats.interval", "x"],
+        ["--jobstats.interval", "-1"],
+        ["--jobstats.interval", "nan"],
+        ["--jobstats.timeout", "1e6"],  # the upper bound is excluded
+        ["--jobstats.max-jobs", "-1"],
+        ["--jobstats.max-jobs", "ten"],
+        ["--jobstats.jobid-pattern", "(?P<job"],
+    ],
+)
+def test_bad_flags_are_rejected_by_the_parser(flags: list[str]) -> None:
+    with pytest.raises(SystemExit):
+        make_collector(*flags)
+
+
+def test_flag_bounds_are_inclusive_below() -> None:
+    collector = make_collector("--jobstats.timeout", "0", "--jobstats.max-jobs", "0")
+    assert collector.source_timeout() == 0.0
+    assert collector.settings.max_jobs == 0

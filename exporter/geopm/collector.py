@@ -12,7 +12,7 @@ import threading
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from exporter.collector import Collector, add_flag
+from exporter.collector import Collector, add_flag, seconds_flag
 from exporter.exposition import render_families
 from exporter.geopm.model import Backend
 from exporter.geopm.naming import metric_name
@@ -29,14 +29,7 @@ HEALTH_FAMILIES = (
 )
 
 
-def _interval(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {value!r}") from None
-    if not 0.01 <= seconds <= 3600:
-        raise argparse.ArgumentTypeError("must be between 0.01 and 3600 seconds")
-    return seconds
+_interval = seconds_flag(0.01, 3600)
 
 
 def _signals(value: str) -> str:
@@ -49,9 +42,9 @@ def _signals(value: str) -> str:
 
 def make_backends(options: argparse.Namespace) -> list[Backend]:
     """Backends in preference order for ``--geopm.backend`` (auto: geopmdpy, then powercap)."""
-    choice = getattr(options, "geopm_backend", "auto")
-    requests = parse_signals_option(getattr(options, "geopm_signals", None))
-    interval = getattr(options, "geopm_interval", 1.0)
+    choice = options.geopm_backend
+    requests = parse_signals_option(options.geopm_signals)
+    interval = options.geopm_interval
     backends: list[Backend] = []
     if choice in ("auto", "geopmdpy"):
         from exporter.geopm.geopmdpy_backend import GeopmdpyBackend
@@ -60,15 +53,11 @@ def make_backends(options: argparse.Namespace) -> list[Backend]:
     if choice == "geopmsession":
         from exporter.geopm.geopmsession_backend import GeopmsessionBackend
 
-        backends.append(
-            GeopmsessionBackend(
-                getattr(options, "geopm_session_path", "geopmsession"), requests, interval
-            )
-        )
+        backends.append(GeopmsessionBackend(options.geopm_session_path, requests, interval))
     if choice in ("auto", "powercap"):
         from exporter.geopm.powercap import PowercapBackend
 
-        backends.append(PowercapBackend(getattr(options, "path_sysfs", "/sys")))
+        backends.append(PowercapBackend(options.path_sysfs))
     return backends
 
 
@@ -140,15 +129,14 @@ class GeopmCollector(Collector):
             "--geopm.backend",
             choices=BACKENDS,
             default="auto",
-            help="where power and energy come from; auto = geopmdpy if it works, "
-            "else powercap (default auto)",
+            help="where power and energy come from; auto = geopmdpy if it works, else powercap",
         )
         add_flag(
             parser,
             "--geopm.interval",
             type=_interval,
             default=1.0,
-            help="sampling interval in seconds (default 1)",
+            help="sampling interval in seconds",
         )
         add_flag(
             parser,
@@ -168,12 +156,12 @@ class GeopmCollector(Collector):
             parser,
             "--path.sysfs",
             default="/sys",
-            help="sysfs mount point, for powercap zones (default /sys)",
+            help="sysfs mount point, for powercap zones",
         )
 
     def __init__(self, options: argparse.Namespace) -> None:
         super().__init__(options)
-        self.sampler = Sampler(make_backends(options), getattr(options, "geopm_interval", 1.0))
+        self.sampler = Sampler(make_backends(options), options.geopm_interval)
         self._lock = threading.Lock()
         self._rendered: tuple[int, bytes] = (-1, b"")
 

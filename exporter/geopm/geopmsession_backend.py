@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from exporter.geopm.model import BackendError, Request, Sample, SampleBatch, SignalKey
 from exporter.geopm.naming import monotone_from_name, unit_from_name
 from exporter.geopm.requests import DOMAINS
+from hpcmon.process import stop_process
 
 log = logging.getLogger("hpcmon.exporter.geopm")
 SOURCE = "geopmsession"
@@ -318,13 +319,7 @@ class GeopmsessionBackend:
         proc, self._proc = self._proc, None
         if proc is None:
             return
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=3)
+        stop_process(proc, timeout=3)
         for thread in self._threads:
             thread.join(timeout=2)
         for stream in (proc.stdout, proc.stderr):

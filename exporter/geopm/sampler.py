@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from exporter.collector import Periodic, ProblemLog
 from exporter.geopm.model import Backend, BackendError, Sample, SampleBatch, SignalKey
 
 log = logging.getLogger("hpcmon.exporter.geopm")
@@ -174,29 +174,24 @@ class Sampler:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._candidates = [_Candidate(b) for b in backends]
-        self.interval = interval
         self._clock = clock
         self._active: _Candidate | None = None
         self._tracker = CounterTracker()
         self._errors: dict[str, int] = {}
         self._last_error = ""
-        self._logged: dict[str, float] = {}
+        self._problems = ProblemLog(log, repeat_seconds=LOG_REPEAT_SECONDS, limit=1000)
         self._sample_seconds: dict[str, float] = {}
         self._seq = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._periodic = Periodic(
+            "geopm-sampler", self.sample_once, interval, paced=self._paced, clock=clock
+        )
         self.snapshot = Snapshot(0, up={c.backend.source: False for c in self._candidates})
 
     # ------------------------------------------------------------------ one step
     def _error(self, source: str, message: str) -> None:
         self._errors[source] = self._errors.get(source, 0) + 1
         self._last_error = message
-        now = time.monotonic()
-        if now - self._logged.get(message, -LOG_REPEAT_SECONDS) >= LOG_REPEAT_SECONDS:
-            if len(self._logged) > 1000:
-                self._logged.clear()
-            self._logged[message] = now
-            log.warning("%s: %s", source, message)
+        self._problems.warn(f"{source}: {message}")
 
     def _open_backend(self) -> None:
         now = self._clock()
@@ -233,7 +228,7 @@ class Sampler:
             try:
                 batch = active.backend.read()
             except Exception as exc:  # noqa: BLE001 - includes BackendError; keep sampling
-                if self._stop.is_set():  # stop() closed the backend under our feet
+                if self._periodic.stopping.is_set():  # stop() closed the backend under us
                     return self.snapshot
                 delay = active.backoff(self._clock())
                 message = str(exc) if isinstance(exc, BackendError) else f"read failed: {exc!r}"
@@ -274,37 +269,19 @@ class Sampler:
             log.exception("closing %s", candidate.backend.source)
 
     # ------------------------------------------------------------------ thread
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="geopm-sampler", daemon=True)
-        self._thread.start()
+    def _paced(self) -> bool:
+        """The active backend's own clock (geopmsession -p) sets the pace."""
+        return self._active is not None and self._active.backend.paced
 
-    def _run(self) -> None:
-        next_time = self._clock()
-        while not self._stop.is_set():
-            try:
-                self.sample_once()
-            except Exception:  # noqa: BLE001 - the thread must survive anything
-                log.exception("geopm sampler step failed")
-            paced = self._active is not None and self._active.backend.paced
-            if paced:
-                continue  # the backend's own clock (geopmsession -p) sets the pace
-            next_time += self.interval
-            now = self._clock()
-            if next_time < now:  # overran: skip missed ticks instead of bursting
-                next_time = now + self.interval
-            self._stop.wait(max(0.0, next_time - now))
+    def start(self) -> None:
+        self._periodic.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._periodic.stopping.set()
         active = self._active
         if active is not None and active.backend.paced:
             self._close(active)  # wakes a read() that waits on the child's output
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
+        self._periodic.stop(timeout=10)
         if self._active is not None:
             self._close(self._active)
             self._active = None

@@ -16,6 +16,7 @@ import ctypes
 import heapq
 import io
 import logging
+import re
 import threading
 import time
 from collections import defaultdict
@@ -23,7 +24,14 @@ from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from exporter.collector import Collector, add_flag
+from exporter.collector import (
+    Collector,
+    Periodic,
+    ProblemLog,
+    add_flag,
+    count_flag,
+    seconds_flag,
+)
 from exporter.exposition import render_families
 from exporter.jobstats.parser import BYTE_OPERATIONS, U64_MAX, JobEntry, Target, iter_text
 from exporter.jobstats.rates import RateTracker
@@ -31,7 +39,7 @@ from exporter.jobstats.render import LabelCache, Layouts, TargetBlock, pack_targ
 from exporter.jobstats.sources import FileSource, LctlSource, ProcfsSource, Source
 from hpcmon.jobid import JobIdPattern
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("hpcmon.exporter.jobstats")
 
 TargetKey = tuple[str, str]  # (component, target)
 BIG_SNAPSHOT = 64 * 2**20
@@ -51,11 +59,7 @@ def _big_blocks_straight_from_the_os() -> None:
         pass
 
 
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not 0 <= value < 1e6:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected seconds >= 0")
-    return value
+_seconds = seconds_flag(0, 1e6, high_included=False)
 
 
 def _operations(text: str) -> frozenset[str] | None:
@@ -63,11 +67,12 @@ def _operations(text: str) -> frozenset[str] | None:
     return names or None
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected an integer >= 0")
-    return value
+def _regex(text: str) -> str:
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"not a regular expression: {exc}") from None
+    return text
 
 
 def merge_duplicates(jobs: list[JobEntry]) -> list[JobEntry]:
@@ -159,7 +164,7 @@ class JobstatsCollector(Collector):
             "--jobstats.source",
             choices=["lctl", "procfs", "file"],
             default="lctl",
-            help="where job_stats come from (default lctl)",
+            help="where job_stats come from",
         )
         add_flag(parser, "--jobstats.lctl-path", default="lctl", help="lctl binary")
         add_flag(
@@ -173,7 +178,8 @@ class JobstatsCollector(Collector):
             parser,
             "--path.procfs",
             default="/proc",
-            help="procfs mount point for --jobstats.source=procfs",
+            help="procfs mount point, for --jobstats.source=procfs and the jobs collector's "
+            "cgroup v2 uids",
         )
         add_flag(
             parser,
@@ -193,25 +199,27 @@ class JobstatsCollector(Collector):
             "--jobstats.rates",
             action=argparse.BooleanOptionalAction,
             default=True,
-            help="export live per-job rates (default on)",
+            help="export live per-job rates",
         )
         add_flag(
             parser,
             "--jobstats.operations",
             type=_operations,
             default=None,
-            help="comma-separated allowlist of operations, e.g. read_bytes,write_bytes,open",
+            help="comma-separated allowlist of operations, e.g. read_bytes,write_bytes,open "
+            "(default all)",
         )
         add_flag(
             parser,
             "--jobstats.max-jobs",
-            type=_positive_int,
+            type=count_flag,
             default=0,
-            help="export at most this many jobs per target, most active first (0 = all)",
+            help="export at most this many jobs per target, most active first; 0 = no cap",
         )
         add_flag(
             parser,
             "--jobstats.jobid-pattern",
+            type=_regex,
             default=None,
             help=r"regex with named groups added as labels, e.g. "
             r"'(?P<slurm_job>\d+):(?P<uid>\d+):(?P<host>.+)'",
@@ -233,13 +241,12 @@ class JobstatsCollector(Collector):
         self._parse_errors: dict[TargetKey, int] = defaultdict(int)
         self._dropped: dict[tuple[str, str, str], int] = defaultdict(int)
         self._known: dict[str, list[TargetKey]] = {}  # origin -> targets last read from it
-        self._warned: set[str] = set()
+        self._problems = ProblemLog(log)
         self._snapshot = b""
         self._generation = 0
         self._sample_lock = threading.Lock()
         self._ready = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._sampler = Periodic("jobstats-sampler", self.sample, self.settings.interval)
 
     @staticmethod
     def _make_source(options: argparse.Namespace) -> Source:
@@ -253,27 +260,14 @@ class JobstatsCollector(Collector):
 
     # ------------------------------------------------------------------ scheduling
     def start(self) -> None:
-        if self.settings.interval > 0 and self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="jobstats-sampler", daemon=True)
-            self._thread.start()
+        if self.settings.interval > 0:
+            self._sampler.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-            self._thread = None
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            started = time.monotonic()
-            try:
-                self.sample()
-            except Exception:  # noqa: BLE001 - the sampler must outlive any one bad sample
-                log.exception("jobstats sampler")
-            self._stop.wait(max(0.0, self.settings.interval - (time.monotonic() - started)))
+        self._sampler.stop(timeout=30)
 
     def exposition(self) -> bytes:
-        if self.settings.interval > 0 and self._thread is not None:
+        if self._sampler.running:
             # Empty only before the first sample, or while a big one replaces the last.
             deadline = time.monotonic() + self.source_timeout() + 5
             while not (snapshot := self._snapshot):
@@ -383,13 +377,7 @@ class JobstatsCollector(Collector):
 
     def _warn(self, message: str) -> None:
         """Log a problem once at WARNING (the same record is seen at every sample)."""
-        if message in self._warned:
-            log.debug("jobstats: %s", message)
-            return
-        if len(self._warned) >= 10_000:
-            self._warned.clear()
-        self._warned.add(message)
-        log.warning("jobstats: %s", message)
+        self._problems.warn(f"jobstats: {message}")
 
     def _count_errors(self, key: TargetKey, target: Target) -> None:
         self._parse_errors[key] += target.malformed  # every target has the counter, from 0
