@@ -26,9 +26,7 @@ import argparse
 import json
 import os
 import re
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,6 +42,7 @@ sys.path.insert(0, str(REPO))
 from exporter.jobstats import parser as jobstats_parser  # noqa: E402
 from exporter.jobstats.collector import JobstatsCollector  # noqa: E402
 from exporter.jobstats.parser import parse_text  # noqa: E402
+from hpcmon.servers import run_exporter  # noqa: E402
 
 DATA = REPO / "tests" / "data" / "jobstats"
 REAL = sorted(DATA.glob("*pr149*lustre2.12.5.txt"))
@@ -219,53 +218,22 @@ def _status_mb(pid: int, field: str) -> float:
     return float("nan")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def exporter_process(root: Path, scrapes: int) -> dict[str, float]:
     """The real exporter in its own process: HTTP scrape times and its memory."""
-    from exporter.cli import available_collectors
-
-    port = _free_port()
-    others = [f"--no-collector.{name}" for name in available_collectors() if name != "jobstats"]
-    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "exporter",
-            "--web.listen-address",
-            f"127.0.0.1:{port}",
-            "--jobstats.source",
-            "procfs",
-            "--path.procfs",
-            str(root),
-            "--jobstats.interval",
-            "0",
-            "--log.level",
-            "warn",
-            *others,
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-    )
+    args = [
+        "--jobstats.source=procfs",
+        f"--path.procfs={root}",
+        "--jobstats.interval=0",
+        "--log.level=warn",
+    ]
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    url = f"http://127.0.0.1:{port}/metrics"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("exporter did not start") from None
-                time.sleep(0.1)
-        idle_mb = _status_mb(proc.pid, "VmRSS")
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-exporter-") as workdir,
+        run_exporter(args, Path(workdir)) as exporter,
+    ):
+        pid = exporter.proc.pid
+        url = f"http://{exporter.address}/metrics"
+        idle_mb = _status_mb(pid, "VmRSS")
         times, size = [], 0
         for _ in range(scrapes):
             started = time.perf_counter()
@@ -279,12 +247,9 @@ def exporter_process(root: Path, scrapes: int) -> dict[str, float]:
             "http_scrape_median_s": statistics.median(times),
             "http_bytes": size,
             "exporter_idle_rss_mb": idle_mb,
-            "exporter_peak_rss_mb": _status_mb(proc.pid, "VmHWM"),
-            "exporter_rss_after_mb": _status_mb(proc.pid, "VmRSS"),
+            "exporter_peak_rss_mb": _status_mb(pid, "VmHWM"),
+            "exporter_rss_after_mb": _status_mb(pid, "VmRSS"),
         }
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def main() -> int:

@@ -19,14 +19,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from exporter.replay import load_sections, render, write_atomically
-from hpcmon.process import stop_process
 from hpcmon.servers import (
     InfluxDB1,
     Prometheus,
-    free_port,
+    run_exporter,
     run_influxdb1,
     run_prometheus,
-    wait_http,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -161,6 +159,17 @@ def _post_job_demo(influx: InfluxDB1, workdir: Path) -> str:
     return "\n".join(lines)
 
 
+def _scrape_config(address: str) -> list[dict]:
+    return [
+        {
+            "job_name": "hpcmon-jobstats",
+            "scrape_interval": "2s",
+            "scrape_timeout": "2s",
+            "static_configs": [{"targets": [address]}],
+        }
+    ]
+
+
 def _captures() -> list[Path]:
     found = sorted({p for pattern in CAPTURE_GLOBS for p in CAPTURES.glob(pattern)})
     if not found:
@@ -196,38 +205,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     threading.Thread(target=replay, daemon=True, name="replay").start()
 
-    port = free_port()
-    exporter_url = f"http://127.0.0.1:{port}"
-    exporter_log = open(args.workdir / "exporter.log", "wb")  # noqa: SIM115
-    exporter = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "exporter",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--jobstats.source=file",
-            f"--jobstats.path={jobstats_file}",
-            "--jobstats.interval=2",
-        ],
-        stdout=exporter_log,
-        stderr=subprocess.STDOUT,
-        cwd=ROOT,
-    )
-    scrape = [
-        {
-            "job_name": "hpcmon-jobstats",
-            "scrape_interval": "2s",
-            "scrape_timeout": "2s",
-            "static_configs": [{"targets": [f"127.0.0.1:{port}"]}],
-        }
+    exporter_args = [
+        "--jobstats.source=file",
+        f"--jobstats.path={jobstats_file}",
+        "--jobstats.interval=2",
     ]
     try:
-        wait_http(f"{exporter_url}/metrics", exporter, args.workdir / "exporter.log")
-        with run_influxdb1() as influx, run_prometheus(scrape, scrape_interval="2s") as prom:
+        with (
+            run_exporter(exporter_args, args.workdir) as exporter,
+            run_influxdb1() as influx,
+            run_prometheus(_scrape_config(exporter.address), scrape_interval="2s") as prom,
+        ):
             print(_post_job_demo(influx, args.workdir), flush=True)
             print()
             print(f"influxdb:   {influx.url}  (database hpcmon, InfluxQL at /query)")
-            print(f"exporter:   {exporter_url}/metrics")
+            print(f"exporter:   http://{exporter.address}/metrics")
             print(f"prometheus: {prom.url}  (graph: {prom.url}/graph)")
             print(
                 f"replayed captures: {len(sections)} targets, "
@@ -242,8 +234,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\nstopping")
     finally:
         stop.set()
-        stop_process(exporter)
-        exporter_log.close()
     return 0
 
 

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,9 +35,18 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+# Everything here talks to loopback: never through a proxy from the environment.
+_LOOPBACK_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def loopback_env() -> dict[str, str]:
+    """The environment for children that talk to loopback servers: proxy settings removed."""
+    return {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+
+
 def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
+        with _LOOPBACK_OPENER.open(url, timeout=timeout) as resp:
             return resp.status, resp.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
@@ -290,3 +301,58 @@ def run_victoria_metrics() -> Iterator[VictoriaMetrics]:
             yield server
         finally:
             server.stop()
+
+
+# ---------------------------------------------------------------- hpcmon-exporter
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class ExporterProcess:
+    proc: subprocess.Popen
+    port: int
+    log_path: Path
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+def wait_port(port: int, proc: subprocess.Popen, log_path: Path, timeout: float = 30.0) -> None:
+    """Until something listens on the loopback port (works for HTTP, TLS and basic auth alike)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(
+                f"{proc.args[0]} exited with {proc.returncode}:\n"
+                + log_path.read_text(errors="replace")[-3000:]
+            )
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(
+        f"nothing listens on port {port} after {timeout}s:\n"
+        + log_path.read_text(errors="replace")[-3000:]
+    )
+
+
+@contextlib.contextmanager
+def run_exporter(
+    args: Sequence[str], workdir: Path, timeout: float = 30.0
+) -> Iterator[ExporterProcess]:
+    """``python -m exporter ARGS`` on a free loopback port, its output in workdir/exporter.log."""
+    port = free_port()
+    log_path = workdir / "exporter.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "exporter", f"--web.listen-address=127.0.0.1:{port}", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO_ROOT,
+            env=loopback_env(),
+        )
+    try:
+        wait_port(port, proc, log_path, timeout)
+        yield ExporterProcess(proc, port, log_path)
+    finally:
+        stop_process(proc)

@@ -8,7 +8,6 @@ import base64
 import logging
 import ssl
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -24,7 +23,7 @@ from exporter.cli import Exporter, available_collectors, build_parser
 from exporter.collector import Collector, Periodic, ProblemLog
 from exporter.web import WebConfig, load_web_config, make_server
 from hpcmon.config import ConfigError
-from tests.servers import free_port, stop_process
+from tests.servers import free_port, run_exporter
 
 BODY = b"# HELP demo_value A value.\n# TYPE demo_value gauge\ndemo_value 1.0\n"
 
@@ -196,28 +195,17 @@ def test_prometheus_scrapes_through_tls_and_basic_auth(
     jobs_dir = tmp_path / "jobs"
     jobs_dir.mkdir()
     (jobs_dir / "777").write_text("SLURM_JOB_UID=1234\n")
-    port = free_port()
-    log = tmp_path / "exporter.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "exporter",
-                f"--web.listen-address=127.0.0.1:{port}",
-                f"--web.config.file={web}",
-                "--no-collector.jobstats",
-                "--collector.jobs",
-                f"--path.cgroupfs={tmp_path / 'no-cgroups'}",
-                f"--jobs.dir={jobs_dir}",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
+    args = [
+        f"--web.config.file={web}",
+        "--no-collector.jobstats",
+        "--collector.jobs",
+        f"--path.cgroupfs={tmp_path / 'no-cgroups'}",
+        f"--jobs.dir={jobs_dir}",
+    ]
+    with run_exporter(args, tmp_path) as exporter:
         tls = {"ca_file": str(cert), "server_name": "localhost"}
         target = {
-            "static_configs": [{"targets": [f"127.0.0.1:{port}"]}],
+            "static_configs": [{"targets": [exporter.address]}],
             "scheme": "https",
             "tls_config": tls,
         }
@@ -241,8 +229,6 @@ def test_prometheus_scrapes_through_tls_and_basic_auth(
         assert up == {"good": "1", "bad": "0"}
         bad = next(t for t in prom.targets() if t["labels"]["job"] == "bad")
         assert "401" in bad["lastError"]
-    finally:
-        stop_process(proc)
 
 
 def test_every_flag_with_a_default_states_it_in_its_help() -> None:

@@ -3,9 +3,6 @@ scrapes it sees the counter and rate values the files imply."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,20 +12,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.cli import available_collectors
 from tests import servers
 
 pytestmark = pytest.mark.integration
 
 DATA = Path(__file__).parent / "data" / "jobstats"
-REPO = Path(__file__).resolve().parents[1]
-LOOPBACK_ENV = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
 
 
 class Exporter:
-    def __init__(self, port: int, proc: subprocess.Popen, path: Path) -> None:
-        self.port, self.proc, self.path = port, proc, path
-        self.url = f"http://127.0.0.1:{port}/metrics"
+    def __init__(self, process: servers.ExporterProcess, path: Path) -> None:
+        self.port, self.path = process.port, path
+        self.url = f"http://{process.address}/metrics"
 
 
 @pytest.fixture(scope="module")
@@ -36,35 +30,9 @@ def exporter(tmp_path_factory) -> Iterator[Exporter]:
     workdir = tmp_path_factory.mktemp("jobstats-exporter")
     path = workdir / "job_stats.txt"
     path.write_text("")
-    port = servers.free_port()
-    others = [f"--no-collector.{name}" for name in available_collectors() if name != "jobstats"]
-    log = workdir / "exporter.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "exporter",
-                "--web.listen-address",
-                f"127.0.0.1:{port}",
-                "--jobstats.source",
-                "file",
-                "--jobstats.path",
-                str(path),
-                "--jobstats.interval",
-                "0",
-                *others,
-            ],
-            cwd=REPO,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=LOOPBACK_ENV,
-        )
-    try:
-        servers.wait_http(f"http://127.0.0.1:{port}/metrics", proc, log, timeout=30)
-        yield Exporter(port, proc, path)
-    finally:
-        servers.stop_process(proc)
+    args = ["--jobstats.source=file", f"--jobstats.path={path}", "--jobstats.interval=0"]
+    with servers.run_exporter(args, workdir) as process:
+        yield Exporter(process, path)
 
 
 def scrape(exporter: Exporter) -> dict[tuple[str, frozenset], float]:
