@@ -20,7 +20,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,13 +52,10 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
         return exc.code, exc.read()
 
 
-def wait_http(
-    url: str,
-    proc: subprocess.Popen,
-    log_path: Path,
-    timeout: float = 60.0,
-    ok: tuple[int, ...] = (200, 204),
+def _wait_until(
+    ready: Callable[[], bool], what: str, proc: subprocess.Popen, log_path: Path, timeout: float
 ) -> None:
+    """Poll ``ready`` until it holds; fail early, with the log's tail, if the process exits."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -67,12 +64,21 @@ def wait_http(
                 + log_path.read_text(errors="replace")[-3000:]
             )
         with contextlib.suppress(OSError):
-            status, _ = http_get(url, timeout=1.0)
-            if status in ok:
+            if ready():
                 return
         time.sleep(0.1)
-    raise TimeoutError(
-        f"{url} not ready after {timeout}s:\n" + log_path.read_text(errors="replace")[-3000:]
+    raise TimeoutError(f"{what} after {timeout}s:\n" + log_path.read_text(errors="replace")[-3000:])
+
+
+def wait_http(
+    url: str,
+    proc: subprocess.Popen,
+    log_path: Path,
+    timeout: float = 60.0,
+    ok: tuple[int, ...] = (200, 204),
+) -> None:
+    _wait_until(
+        lambda: http_get(url, timeout=1.0)[0] in ok, f"{url} not ready", proc, log_path, timeout
     )
 
 
@@ -320,20 +326,12 @@ class ExporterProcess:
 
 def wait_port(port: int, proc: subprocess.Popen, log_path: Path, timeout: float = 30.0) -> None:
     """Until something listens on the loopback port (works for HTTP, TLS and basic auth alike)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(
-                f"{proc.args[0]} exited with {proc.returncode}:\n"
-                + log_path.read_text(errors="replace")[-3000:]
-            )
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-            return
-        time.sleep(0.1)
-    raise TimeoutError(
-        f"nothing listens on port {port} after {timeout}s:\n"
-        + log_path.read_text(errors="replace")[-3000:]
-    )
+
+    def listening() -> bool:
+        socket.create_connection(("127.0.0.1", port), 1).close()
+        return True
+
+    _wait_until(listening, f"nothing listens on port {port}", proc, log_path, timeout)
 
 
 @contextlib.contextmanager
