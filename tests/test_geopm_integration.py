@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import ssl
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -24,60 +23,23 @@ pytestmark = pytest.mark.integration
 # The exporter web tests' self-signed certificate behind certbot-like symlinks, shared.
 shared_certificate = test_exporter_web.certificate
 
-REPO = Path(__file__).resolve().parents[1]
 POWER_WATTS = {"0": 123.4, "1": 56.7}  # injected per package zone
 MAX_RANGE_UJ = 262_143_328_850
 WRAP_AFTER_S = 20  # package 0's counter wraps this long after the writer starts
 START_UJ = {"0": MAX_RANGE_UJ - int(POWER_WATTS["0"] * 1e6 * WRAP_AFTER_S), "1": 5_000_000}
 
 
-def exporter_args(sysfs: Path, port: int, *extra: str) -> list[str]:
-    args = [sys.executable, "-m", "exporter"]
-    if "jobstats" in available_collectors():
-        args.append("--no-collector.jobstats")
-    return args + [
+def exporter_args(sysfs: Path, *extra: str) -> list[str]:
+    args = ["--no-collector.jobstats"] if "jobstats" in available_collectors() else []
+    return [
+        *args,
         "--collector.geopm",
         "--geopm.backend",
         "powercap",
         "--path.sysfs",
         str(sysfs),
-        "--web.listen-address",
-        f"127.0.0.1:{port}",
         *extra,
     ]
-
-
-def start_exporter(args: list[str], log: Path, url: str) -> subprocess.Popen:
-    with open(log, "wb") as handle:
-        proc = subprocess.Popen(
-            args,
-            cwd=REPO,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            env={k: v for k, v in os.environ.items() if "proxy" not in k.lower()},
-        )
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(log.read_text())
-        try:
-            urllib.request.urlopen(url, timeout=1, context=context).read()
-            return proc
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise TimeoutError(log.read_text())
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
 
 
 class EnergyWriter(threading.Thread):
@@ -117,13 +79,9 @@ def powercap_tree(tmp_path: Path) -> Iterator[Path]:
 def test_prometheus_rate_equals_injected_power(
     prometheus_factory, powercap_tree: Path, tmp_path: Path
 ) -> None:
-    port = servers.free_port()
-    proc = start_exporter(
-        exporter_args(powercap_tree, port, "--geopm.interval", "0.2"),
-        tmp_path / "exporter.log",
-        f"http://127.0.0.1:{port}/metrics",
-    )
-    try:
+    args = exporter_args(powercap_tree, "--geopm.interval", "0.2")
+    with servers.run_exporter(args, tmp_path) as exporter:
+        port = exporter.port
         scrape = {
             "job_name": "node",
             "scrape_interval": "1s",
@@ -173,8 +131,6 @@ def test_prometheus_rate_equals_injected_power(
             ["promtool", "check", "metrics"], input=body, capture_output=True, timeout=60
         )
         assert check.returncode == 0, check.stderr
-    finally:
-        stop(proc)
 
 
 def test_tls_with_symlinked_certificate(
@@ -185,18 +141,16 @@ def test_tls_with_symlinked_certificate(
     assert cert_file.is_symlink() and key_file.is_symlink()
     config = tmp_path / "web.yml"
     config.write_text(f"tls_server_config:\n  cert_file: {cert_file}\n  key_file: {key_file}\n")
-    port = servers.free_port()
-    url = f"https://127.0.0.1:{port}/metrics"
-    proc = start_exporter(
-        exporter_args(powercap_tree, port, "--web.config.file", str(config)),
-        tmp_path / "exporter.log",
-        url,
-    )
-    try:
+    args = exporter_args(powercap_tree, "--web.config.file", str(config))
+    with servers.run_exporter(args, tmp_path) as exporter:
+        url = f"https://{exporter.address}/metrics"
         context = ssl.create_default_context(cafile=str(cert_file))
-        body = urllib.request.urlopen(url, timeout=10, context=context).read()
+        deadline = time.monotonic() + 10  # the first sample is taken in the background
+        while True:
+            body = urllib.request.urlopen(url, timeout=10, context=context).read()
+            if b"geopm_up" in body or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         assert b'geopm_up{source="powercap"} 1.0' in body
         with pytest.raises(OSError):
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
-    finally:
-        stop(proc)
+            urllib.request.urlopen(f"http://{exporter.address}/metrics", timeout=5).read()
