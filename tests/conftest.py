@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests import servers
+
+# Property tests: deterministic by default (CI and `make test`: fixed seed, no example database
+# written into the repository); HYPOTHESIS_PROFILE=explore searches new examples each run.
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("explore", max_examples=1000, derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 DATA = Path(__file__).parent / "data"
 
