@@ -15,8 +15,8 @@ from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
 from exporter.collector import Collector, add_flag
-from exporter.exposition import render_families
-from exporter.web import load_web_config, make_server
+from exporter.exposition import Compressed, Part, render_families
+from exporter.web import listen_address_flag, load_web_config, make_server
 
 log = logging.getLogger("hpcmon.exporter")
 
@@ -53,6 +53,7 @@ def build_parser(collectors: dict[str, type[Collector]]) -> argparse.ArgumentPar
         parser,
         "--web.listen-address",
         default=DEFAULT_LISTEN_ADDRESS,
+        type=listen_address_flag,
         help="host:port to listen on; ':19325' for all interfaces",
     )
     add_flag(parser, "--web.telemetry-path", default="/metrics", help="path of the metrics")
@@ -94,9 +95,11 @@ class Exporter:
             except Exception:  # noqa: BLE001
                 log.exception("stopping collector %s", collector.name)
 
-    def render(self) -> list[bytes]:
-        """The exposition of every collector, as parts (see web.make_server)."""
-        parts: list[bytes] = []
+    def render(self, scrape_timeout: float | None = None) -> list[Part]:
+        """The exposition of every collector, as parts (see web.make_server); compressed
+        parts first (see exposition.gzip_parts). ``scrape_timeout``: the scraper's timeout
+        in seconds, if it said."""
+        parts: list[Part] = []
         success = GaugeMetricFamily(
             "hpcmon_exporter_collector_success",
             "Whether the collector rendered without error.",
@@ -110,7 +113,7 @@ class Exporter:
         for collector in self.collectors:
             started = time.perf_counter()
             try:
-                parts.append(collector.exposition())
+                parts.append(collector.exposition_before(scrape_timeout))
                 ok = 1.0
             except Exception:  # noqa: BLE001
                 log.exception("collector %s failed to render", collector.name)
@@ -119,6 +122,7 @@ class Exporter:
             duration.add_metric([collector.name], time.perf_counter() - started)
         parts.append(render_families([success, duration]))
         parts.append(generate_latest(REGISTRY))
+        parts.sort(key=lambda part: not isinstance(part, Compressed))
         return parts
 
 

@@ -16,6 +16,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from exporter.exposition import Compressed
+
 log = logging.getLogger("hpcmon.exporter")
 
 
@@ -69,6 +71,26 @@ def count_flag(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r}: expected an integer >= 0")
     return value
+
+
+_BYTE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def bytes_flag(text: str) -> int:
+    """A flag type for a size in bytes >= 1: ``1048576``, ``512M``, ``1GiB``, ``64k``
+    (K, M, G, T are powers of 1024, with or without ``iB``/``B``)."""
+    cleaned = text.strip().upper()
+    for tail in ("IB", "B"):
+        if cleaned.endswith(tail) and cleaned[: -len(tail)][-1:] in "KMGT":
+            cleaned = cleaned[: -len(tail)]
+            break
+    unit = cleaned[-1:] if cleaned[-1:] in "KMGT" else ""
+    digits = cleaned[: len(cleaned) - len(unit)]
+    if not (digits.isascii() and digits.isdigit()) or int(digits) < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected a size in bytes >= 1, e.g. 1048576, 512M, 1GiB"
+        )
+    return int(digits) * _BYTE_UNITS[unit]
 
 
 class ProblemLog:
@@ -183,3 +205,8 @@ class Collector(ABC):
     @abstractmethod
     def exposition(self) -> bytes:
         """Text exposition of the latest snapshot."""
+
+    def exposition_before(self, scrape_timeout: float | None) -> bytes | Compressed:
+        """What a scrape that must answer within ``scrape_timeout`` seconds (None: not
+        said) gets; a collector that samples on scrape uses it to stay in time."""
+        return self.exposition()

@@ -63,7 +63,7 @@ def certificate(tmp_path_factory) -> tuple[Path, Path]:
     return live / "cert.pem", live / "privkey.pem"
 
 
-def _serve(config: WebConfig, render=lambda: BODY) -> Iterator[str]:
+def _serve(config: WebConfig, render=lambda timeout=None: BODY) -> Iterator[str]:
     port = free_port()
     server = make_server(f"127.0.0.1:{port}", "/metrics", render, config, "<html>landing</html>")
     thread = threading.Thread(

@@ -414,20 +414,38 @@ def test_missing_file_marks_source_down(tmp_path: Path) -> None:
 
 
 def fake_lctl(tmp_path: Path, body: str) -> Path:
-    """A stand-in for lctl: checks it is asked for job_stats, then runs ``body``."""
+    """A stand-in for lctl: checks it is asked for one job_stats pattern (``$2``), then runs
+    ``body``."""
     script = tmp_path / "lctl"
     script.write_text(
         "#!/bin/sh\n"
-        '[ "$*" = "get_param mdt.*.job_stats obdfilter.*.job_stats" ] || '
+        '[ $# = 2 ] && [ "$1" = get_param ] && '
+        '{ [ "$2" = "mdt.*.job_stats" ] || [ "$2" = "obdfilter.*.job_stats" ]; } || '
         '{ echo "unexpected args: $*" >&2; exit 64; }\n' + body + "\n"
     )
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     return script
 
 
+def replay(capture: Path) -> str:
+    """Shell for ``fake_lctl``: what real lctl prints for ``$2`` on a server whose
+    ``lctl get_param`` output was ``capture``: the matching parameters, or Lustre's error and
+    exit 2 when none matches (an OSS asked for mdt.*)."""
+    return (
+        'out=$(awk -v want="${2%%.*}" '
+        "'/^[A-Za-z_][A-Za-z0-9_.-]*=/ { split($0, a, \".\"); keep = (a[1] == want) } keep' "
+        f'"{capture}")\n'
+        'if [ -z "$out" ]; then\n'
+        '  echo "error: get_param: param_path \'$(echo "$2" | tr . /)\': '
+        'No such file or directory" >&2; exit 2\n'
+        "fi\n"
+        'printf "%s\\n" "$out"'
+    )
+
+
 def test_lctl_replay_then_hang_then_failure(tmp_path: Path) -> None:
     capture = DATA / "whamcloud_lustre-collector__src_fixtures_valid_ex8761-lctl.txt"
-    lctl = fake_lctl(tmp_path, f'cat "{capture}"')
+    lctl = fake_lctl(tmp_path, replay(capture))
     collector = make_collector("--jobstats.lctl-path", str(lctl), "--jobstats.timeout", "1")
     found = samples_of(collector.sample())
     up = {tuple(sorted(labels)): v for labels, v in named(found, "lustre_jobstats_up").items()}
@@ -435,7 +453,7 @@ def test_lctl_replay_then_hang_then_failure(tmp_path: Path) -> None:
     assert value(found, "lustre_jobstats_jobs", component="mdt", target="fs-MDT0000") == 2
     assert value(found, "lustre_jobstats_jobs", component="ost", target="fs-OST0001") == 0
 
-    lctl.write_text(lctl.read_text().replace(f'cat "{capture}"', "sleep 30"))
+    lctl.write_text(lctl.read_text().replace(replay(capture), "sleep 30"))
     started = time.monotonic()
     found = samples_of(collector.sample())
     assert time.monotonic() - started < 10
@@ -450,16 +468,14 @@ def test_lctl_replay_then_hang_then_failure(tmp_path: Path) -> None:
     assert set(named(found, "lustre_jobstats_up").values()) == {0}
 
 
-def test_lctl_error_exit_with_output_still_counts(tmp_path: Path) -> None:
-    # An OSS without MDT: lctl complains about mdt.* and exits non-zero, but prints the OSTs.
-    lctl = fake_lctl(
-        tmp_path,
-        f'printf "obdfilter.lustrefs-OST0000.job_stats=\\n"; '
-        f'cat "{HP_OST}"; '
-        "echo \"error: get_param: param_path 'mdt/*/job_stats': "
-        'No such file or directory" >&2; exit 2',
-    )
+def test_oss_without_mdt_is_up(tmp_path: Path) -> None:
+    # An OSS: lctl says "No such file or directory" for mdt.* and exits 2 with nothing on
+    # stdout; that is no MDT, not a failure. The OSTs come from the obdfilter.* run.
+    capture = tmp_path / "oss.txt"
+    capture.write_text("obdfilter.lustrefs-OST0000.job_stats=\n" + HP_OST.read_text())
+    lctl = fake_lctl(tmp_path, replay(capture))
     found = samples_of(make_collector("--jobstats.lctl-path", str(lctl)).sample())
+    assert set(named(found, "lustre_jobstats_source_failures_total").values()) == {0}
     assert (
         value(
             found, "lustre_jobstats_up", component="ost", target="lustrefs-OST0000", source="lctl"
@@ -495,7 +511,9 @@ def test_background_sampler_shares_one_snapshot(tmp_path: Path) -> None:
     try:
         first = collector.exposition()
         assert b'lustre_jobstats_jobs{component="ost",target="lustrefs-OST0000"} 35.0' in first
-        assert collector.exposition() is collector.exposition()  # same bytes, no re-render
+        snapshot = collector._snapshot
+        assert collector.exposition_before(None) is collector.exposition_before(None)
+        assert collector.exposition_before(None) is snapshot  # one render, shared
     finally:
         collector.stop()
     assert not collector._sampler.running  # the sampler thread ended
@@ -552,10 +570,9 @@ def test_rate_state_survives_an_unreadable_sample(tmp_path: Path) -> None:
     assert rates(samples_of(collector.sample()), "A") == (50.0, 2.0)
 
 
-def test_big_snapshot_is_dropped_first_and_scrapes_wait(monkeypatch) -> None:
-    # Every snapshot counts as big: the old one is dropped before the next is built, and a
-    # scrape in between waits for the new one instead of getting nothing.
-    monkeypatch.setattr("exporter.jobstats.collector.BIG_SNAPSHOT", 0)
+def test_scrapes_get_the_last_complete_sample_while_the_next_is_built(tmp_path: Path) -> None:
+    # Sampling never empties the snapshot: every scrape in a stream of them, while the
+    # sampler keeps replacing it, gets a complete exposition at once.
     collector = make_collector(
         "--jobstats.source", "file", "--jobstats.path", str(HP_OST), "--jobstats.interval", "0.01"
     )
@@ -569,6 +586,9 @@ def test_big_snapshot_is_dropped_first_and_scrapes_wait(monkeypatch) -> None:
         collector.stop()
     expected = b'lustre_jobstats_jobs{component="ost",target="lustrefs-OST0000"} 35.0'
     assert all(expected in body for body in bodies)
+    assert all(
+        body.endswith(b"\n") and b"lustre_jobstats_scrape_duration" in body for body in bodies
+    )
     assert collector._generation > 1  # it did sample more than once meanwhile
 
 
@@ -579,7 +599,7 @@ def test_lctl_output_read_in_pieces_gives_the_same_series(tmp_path: Path, monkey
     text += "mdt.lustrefs-MDT0000.job_stats=\n" + HP_MDT.read_text()
     whole = tmp_path / "whole.txt"
     whole.write_text(text)
-    lctl = fake_lctl(tmp_path, f'cat "{whole}"')
+    lctl = fake_lctl(tmp_path, replay(whole))
     monkeypatch.setattr("exporter.jobstats.sources.LctlSource.PIECE_BYTES", 1)
     from_lctl = samples_of(make_collector("--jobstats.lctl-path", str(lctl)).sample())
     from_file = samples_of(
@@ -620,5 +640,5 @@ def test_bad_flags_are_rejected_by_the_parser(flags: list[str]) -> None:
 
 def test_flag_bounds_are_inclusive_below() -> None:
     collector = make_collector("--jobstats.timeout", "0", "--jobstats.max-jobs", "0")
-    assert collector.source_timeout() == 0.0
+    assert collector.source.timeout == 0.0
     assert collector.settings.max_jobs == 0

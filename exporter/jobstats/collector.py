@@ -1,12 +1,12 @@
 """The ``jobstats`` collector: Lustre job_stats of the MDTs/OSTs on this server, per job.
 
 A background thread samples every ``--jobstats.interval`` seconds (read -> parse -> limits ->
-rates -> pack, one target at a time, then the exposition) and keeps the latest exposition as
-bytes; every scrape returns those same bytes. With ``--jobstats.interval=0`` a scrape samples,
-and scrapes that arrive meanwhile share that sample. An exposition above ``BIG_SNAPSHOT`` is
-dropped before the next one is built (scrapes then wait for the new one): two of them at once
-would double the exporter's memory on a big server. Nothing that goes wrong while sampling
-fails the scrape: it shows in the health metrics (``lustre_jobstats_*``) and in the log.
+rates -> pack, one target at a time, then the exposition, compressed once) and keeps the last
+complete exposition; every scrape returns it, never waiting for the sample in progress. With
+``--jobstats.interval=0`` a scrape samples, within the scrape's own timeout (lctl is killed in
+time and its targets reported down), and scrapes that arrive meanwhile share that sample.
+Nothing that goes wrong while sampling fails the scrape: it shows in the health metrics
+(``lustre_jobstats_*``) and in the log.
 """
 
 from __future__ import annotations
@@ -29,20 +29,29 @@ from exporter.collector import (
     Periodic,
     ProblemLog,
     add_flag,
+    bytes_flag,
     count_flag,
     seconds_flag,
 )
-from exporter.exposition import render_families
+from exporter.exposition import Compressed, render_families
 from exporter.jobstats.parser import BYTE_OPERATIONS, U64_MAX, JobEntry, Target, iter_text
 from exporter.jobstats.rates import RateTracker
 from exporter.jobstats.render import LabelCache, Layouts, TargetBlock, pack_target, render_blocks
-from exporter.jobstats.sources import FileSource, LctlSource, ProcfsSource, Source
+from exporter.jobstats.sources import (
+    DEFAULT_MAX_BYTES,
+    FileSource,
+    LctlSource,
+    ProcfsSource,
+    Source,
+)
 from hpcmon.jobid import JobIdPattern
 
 log = logging.getLogger("hpcmon.exporter.jobstats")
 
 TargetKey = tuple[str, str]  # (component, target)
-BIG_SNAPSHOT = 64 * 2**20
+RATE_KINDS = ("read_bytes", "write_bytes", "operations")
+DEFAULT_SCRAPE_TIMEOUT = 10.0  # Prometheus' default, when a scrape does not say its own
+SCRAPE_MARGIN = 0.2  # part of a scrape's timeout kept for parsing and rendering
 M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
 
 
@@ -60,6 +69,21 @@ def _big_blocks_straight_from_the_os() -> None:
 
 
 _seconds = seconds_flag(0, 1e6, high_included=False)
+
+
+def rate_kinds(text: str) -> frozenset[str]:
+    """``--jobstats.rates``: ``all``, ``none`` or a comma-separated subset of RATE_KINDS."""
+    words = {part.strip() for part in text.split(",") if part.strip()}
+    if words == {"all"}:
+        return frozenset(RATE_KINDS)
+    if words == {"none"}:
+        return frozenset()
+    unknown = sorted(words - set(RATE_KINDS))
+    if unknown or not words:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected all, none or a comma-separated list of {', '.join(RATE_KINDS)}"
+        )
+    return frozenset(words)
 
 
 def _operations(text: str) -> frozenset[str] | None:
@@ -130,24 +154,25 @@ def _activity(entry: JobEntry) -> int:
     return sum(op.samples for op in entry.ops.values())
 
 
-def series_per_job(entry: JobEntry, rates: bool, operations: frozenset[str] | None) -> int:
+def series_per_job(
+    entry: JobEntry, rates: frozenset[str], operations: frozenset[str] | None
+) -> int:
     """How many per-job series this entry gives (to count what a limit drops)."""
     count = 0
     for name, op in entry.ops.items():
         if operations is not None and name not in operations:
             continue
         if name in BYTE_OPERATIONS:
-            count += 4
+            count += 4 + (name in rates)
         else:
-            count += 2 if op.unit == "usecs" else 1
-        count += 1 if rates else 0
+            count += (2 if op.unit == "usecs" else 1) + ("operations" in rates)
     return count
 
 
 @dataclass
 class Settings:
     interval: float
-    rates: bool
+    rates: frozenset[str]  # a subset of RATE_KINDS
     operations: frozenset[str] | None
     max_jobs: int
 
@@ -197,9 +222,28 @@ class JobstatsCollector(Collector):
         add_flag(
             parser,
             "--jobstats.rates",
-            action=argparse.BooleanOptionalAction,
-            default=True,
-            help="export live per-job rates",
+            type=rate_kinds,
+            default=frozenset(RATE_KINDS),
+            help="live per-job rates to export: all, none, or a comma-separated list of "
+            "read_bytes, write_bytes (one series per job each), operations (one series per "
+            "operation per job: the costly one) (default all)",
+        )
+        parser.add_argument(
+            "--no-jobstats.rates",
+            dest="jobstats_rates",
+            action="store_const",
+            const=frozenset(),
+            default=argparse.SUPPRESS,
+            help="same as --jobstats.rates=none",
+        )
+        add_flag(
+            parser,
+            "--jobstats.max-output-bytes",
+            type=bytes_flag,
+            default=DEFAULT_MAX_BYTES,
+            help="most bytes read from lctl (and from each job_stats file) per sample; past "
+            "it the read is stopped and the source marked down; suffixes K, M, G (powers of "
+            "1024) (default 512M)",
         )
         add_flag(
             parser,
@@ -238,11 +282,15 @@ class JobstatsCollector(Collector):
         self.labels = LabelCache(JobIdPattern(options.jobstats_jobid_pattern))
         self.layouts = Layouts(self.labels, self.settings.operations)
         self.tracker = RateTracker()
+        self._failures: dict[tuple[str, str], int] = defaultdict(int)  # (source, reason)
+        if isinstance(self.source, LctlSource):  # from 0, so the first failure is an increase
+            for reason in ("start", "exit", "timeout", "output_limit"):
+                self._failures[("lctl", reason)] = 0
         self._parse_errors: dict[TargetKey, int] = defaultdict(int)
         self._dropped: dict[tuple[str, str, str], int] = defaultdict(int)
         self._known: dict[str, list[TargetKey]] = {}  # origin -> targets last read from it
         self._problems = ProblemLog(log)
-        self._snapshot = b""
+        self._snapshot: Compressed | None = None  # the last complete exposition
         self._generation = 0
         self._sample_lock = threading.Lock()
         self._ready = threading.Event()
@@ -250,13 +298,14 @@ class JobstatsCollector(Collector):
 
     @staticmethod
     def _make_source(options: argparse.Namespace) -> Source:
+        limit = options.jobstats_max_output_bytes
         if options.jobstats_source == "procfs":
-            return ProcfsSource(options.path_procfs)
+            return ProcfsSource(options.path_procfs, limit)
         if options.jobstats_source == "file":
             if not options.jobstats_path:
                 raise ValueError("--jobstats.source=file needs --jobstats.path")
-            return FileSource(options.jobstats_path)
-        return LctlSource(options.jobstats_lctl_path, options.jobstats_timeout)
+            return FileSource(options.jobstats_path, limit)
+        return LctlSource(options.jobstats_lctl_path, options.jobstats_timeout, limit)
 
     # ------------------------------------------------------------------ scheduling
     def start(self) -> None:
@@ -264,40 +313,46 @@ class JobstatsCollector(Collector):
             self._sampler.start()
 
     def stop(self) -> None:
+        self.source.close()  # kills a running lctl at once (exporter SIGTERM)
         self._sampler.stop(timeout=30)
 
     def exposition(self) -> bytes:
+        return b"".join(self.exposition_before(None).chunks())
+
+    def exposition_before(self, scrape_timeout: float | None) -> Compressed:
+        """The last complete sample; with ``--jobstats.interval=0`` a new one, taken within
+        ``scrape_timeout`` seconds (the scraper's own, default 10 s) less a margin kept for
+        parsing and rendering: a hung lctl is killed in time and its targets shown down."""
+        budget = DEFAULT_SCRAPE_TIMEOUT if scrape_timeout is None else scrape_timeout
+        deadline = time.monotonic() + budget * (1 - SCRAPE_MARGIN)
         if self._sampler.running:
-            # Empty only before the first sample, or while a big one replaces the last.
-            deadline = time.monotonic() + self.source_timeout() + 5
-            while not (snapshot := self._snapshot):
+            # None only before the first sample is complete.
+            while (snapshot := self._snapshot) is None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or not self._ready.wait(remaining):
-                    break
+                    return Compressed.of(b"")
             return snapshot
         arrived = self._generation
+        if not self._sample_lock.acquire(timeout=max(deadline - time.monotonic(), 0)):
+            return self._snapshot or Compressed.of(b"")  # a sample outlived its own scrape
+        try:
+            if self._generation != arrived and self._snapshot is not None:
+                return self._snapshot  # another scrape sampled while we waited
+            self._sample_locked(deadline)
+            return self._snapshot
+        finally:
+            self._sample_lock.release()
+
+    def sample(self, deadline: float | None = None) -> bytes:
+        """Take one sample now, make it the snapshot every scrape returns, return its text."""
         with self._sample_lock:
-            if self._generation != arrived:  # another scrape sampled while we waited
-                return self._snapshot
-            return self._sample_locked()
+            return self._sample_locked(deadline)
 
-    def source_timeout(self) -> float:
-        return getattr(self.source, "timeout", 5.0)
-
-    def sample(self) -> bytes:
-        """Take one sample now and make it the snapshot every scrape returns."""
-        with self._sample_lock:
-            return self._sample_locked()
-
-    def _sample_locked(self) -> bytes:
+    def _sample_locked(self, deadline: float | None = None) -> bytes:
         started = time.perf_counter()
-        if len(self._snapshot) > BIG_SNAPSHOT:
-            # Never two big expositions at once: scrapes wait for the new one instead.
-            self._ready.clear()
-            self._snapshot = b""
         buffer = io.BytesIO()
         try:
-            self._collect(time.time(), buffer)
+            self._collect(time.time(), buffer, deadline)
         except Exception:  # noqa: BLE001 - a bug here must not take the scrape down
             log.exception("jobstats sample failed")
             buffer = io.BytesIO()
@@ -308,14 +363,15 @@ class JobstatsCollector(Collector):
             value=time.perf_counter() - started,
         )
         buffer.write(render_families([duration]))
-        self._snapshot = buffer.getvalue()  # shares the buffer's memory, no copy
+        text = buffer.getvalue()  # shares the buffer's memory, no copy
         del buffer
+        self._snapshot = Compressed.of(text)  # scrapes switch to it whole, in one step
         self._generation += 1
         self._ready.set()
-        return self._snapshot
+        return text
 
     # ------------------------------------------------------------------ one sample
-    def _collect(self, wall_clock: float, buffer: io.BytesIO) -> None:
+    def _collect(self, wall_clock: float, buffer: io.BytesIO, deadline: float | None) -> None:
         """Read, parse and pack one target at a time (its text and records are freed before
         the next), then write the families from the packed targets."""
         up = GaugeMetricFamily(
@@ -332,18 +388,25 @@ class JobstatsCollector(Collector):
         present: list[TargetKey] = []
         read_from: dict[str, list[TargetKey]] = {}  # origin -> its targets in this sample
         failed: list[str] = []  # sources not read: their targets keep their history
-        for raw in self.source.read():
+        for raw in self.source.read(deadline):
             origin, text = raw.origin, raw.text
             raw.text = None  # ``text`` is the only reference left: freed once parsed
             if text is None:
                 self._warn(raw.error or f"{origin}: unreadable")
+                self._failures[(origin, raw.reason or "read")] += 1
                 failed.append(origin)
                 continue
             errors: list[str] = []
             read_here = read_from.setdefault(origin, [])
-            for target in iter_text(text, origin, errors, raw.component, raw.target):
+            targets = iter_text(text, origin, errors, raw.component, raw.target, bare=raw.bare)
+            for target in targets:
                 key = (target.component, target.target)
                 self._count_errors(key, target)
+                if target.sections > 1:
+                    self._warn(
+                        f"{origin}: {key[0]} {key[1]} listed {target.sections} times; "
+                        "the jobs of every listing are kept"
+                    )
                 if key in present:
                     self._warn(
                         f"{origin}: {key[0]} {key[1]} already read from another source; ignored"
@@ -371,7 +434,7 @@ class JobstatsCollector(Collector):
         kept = present + unread
         self.tracker.forget_except(kept)
         self.labels.forget_except(kept)
-        render_blocks(blocks, buffer)
+        render_blocks(blocks, buffer, self.settings.rates)
         del blocks
         buffer.write(render_families([up, jobs_gauge, *self._health_families()]))
 
@@ -420,6 +483,15 @@ class JobstatsCollector(Collector):
         )
         for (component, target), count in sorted(self._parse_errors.items()):
             errors.add_metric([component, target], count)
+        failures = CounterMetricFamily(
+            "lustre_jobstats_source_failures",
+            "Reads of a source that failed, so its targets were reported down: reason is "
+            "start (lctl could not run), exit (lctl exited non-zero, whatever it printed), "
+            "timeout, output_limit (--jobstats.max-output-bytes) or read (file/procfs).",
+            labels=["source", "reason"],
+        )
+        for (source, reason), count in sorted(self._failures.items()):
+            failures.add_metric([source, reason], count)
         dropped = CounterMetricFamily(
             "lustre_jobstats_dropped_series",
             "Per-job series left out by --jobstats.max-jobs "
@@ -429,4 +501,4 @@ class JobstatsCollector(Collector):
         )
         for (component, target, reason), count in sorted(self._dropped.items()):
             dropped.add_metric([component, target, reason], count)
-        return [errors, dropped]
+        return [errors, failures, dropped]

@@ -27,7 +27,9 @@ _OP = re.compile(
     r"^[ \t]*(\w+)[ \t]*:[ \t]*\{\s*samples:\s*(\d{1,20}),\s*unit:\s*(\w+)"
     r"(?:,\s*min:\s*(\d{1,20}),\s*max:\s*(\d{1,20}),\s*sum:\s*(\d{1,20})"
     r"(?:,\s*sumsq:\s*(\d{1,20}))?)?"
-    r"(?:,\s*\w+:\s*(?:\{[^{}\n]*\}|[^,{}\s]+))*\s*\}[ \t]*$",
+    # Other fields (hist, future ones) are skipped, but never a known one: an unreadable
+    # ``min: x1`` must fail the line, not be skipped and read as 0.
+    r"(?:,\s*(?!(?:samples|unit|min|max|sum)\b)\w+:\s*(?:\{[^{}\n]*\}|[^,{}\s]+))*\s*\}[ \t]*$",
     re.MULTILINE,
 )
 _JOB_START = re.compile(r"^-[ \t]*job_id[ \t]*:", re.MULTILINE)
@@ -69,6 +71,7 @@ class Target:
     jobs: list[JobEntry] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     malformed: int = 0
+    sections: int = 1  # how many times the text listed this target (its jobs are merged)
 
     def add_error(self, message: str) -> None:
         self.malformed += 1
@@ -176,10 +179,22 @@ def _scan_pattern(body: str) -> tuple[dict[str, OpStats], dict[str, float | None
     return ops, times
 
 
+def _jobid(raw: str) -> str:
+    """The decoded id; when its bytes are not UTF-8 it stays in Lustre's escaped form
+    (``bad\\xff``), so distinct ids never collapse into one U+FFFD label and the label says
+    exactly what Lustre printed."""
+    jobid = decode_lustre_jobid(raw)
+    if "\ufffd" in jobid and "\ufffd" not in raw:
+        jobid = raw.strip()
+        if len(jobid) >= 2 and jobid[0] == jobid[-1] == '"':
+            jobid = jobid[1:-1]
+    return jobid
+
+
 def _parse_entry(block: str, target: Target, origin: str, index: int) -> JobEntry | None:
     """One record: the text after ``- job_id:`` up to the next record."""
     end = block.find("\n")
-    jobid = decode_lustre_jobid(block if end < 0 else block[:end])
+    jobid = _jobid(block if end < 0 else block[:end])
     if not jobid:
         target.add_error(f"{origin}: {target.target}: record {index}: empty job_id")
         return None
@@ -272,16 +287,23 @@ def iter_get_param(
 
     One target at a time, so a caller can pack each before the next is parsed."""
     params = _param_starts(text) if params is None else params
-    found = False
+    sections: dict[tuple[str, str], list[tuple[int, int]]] = {}
     for number, match in enumerate(params):
         where = target_from_param(match.group(1))
-        if where is None:
-            continue
-        found = True
-        end = params[number + 1].start() if number + 1 < len(params) else len(text)
-        yield parse_job_stats(text[match.end() : end], where[0], where[1], origin)
-    if not found and text.strip():
+        if where is not None:
+            end = params[number + 1].start() if number + 1 < len(params) else len(text)
+            sections.setdefault(where, []).append((match.end(), end))
+    if not sections and text.strip():
         errors.append(f"{origin}: no '<mdt|obdfilter>.<target>.job_stats=' parameter found")
+    for (component, name), spans in sections.items():
+        target = parse_job_stats(text[spans[0][0] : spans[0][1]], component, name, origin)
+        for start, end in spans[1:]:  # a target listed twice: keep the jobs of every section
+            more = parse_job_stats(text[start:end], component, name, origin)
+            target.jobs += more.jobs
+            target.errors += more.errors[: MAX_ERROR_MESSAGES - len(target.errors)]
+            target.malformed += more.malformed
+            target.sections += 1
+        yield target
 
 
 def parse_get_param(text: str, origin: str) -> ParsedText:
@@ -295,12 +317,19 @@ def iter_text(
     errors: list[str],
     component: str | None = None,
     target: str | None = None,
+    *,
+    bare: bool = True,
 ) -> Iterator[Target]:
     """Either ``lctl get_param`` output or a bare ``job_stats`` file named by ``origin``,
-    target by target; problems that belong to no target are appended to ``errors``."""
+    target by target; problems that belong to no target are appended to ``errors``.
+
+    ``bare=False``: only ``lctl get_param`` output is valid (text without a job_stats
+    parameter is an error, never a target named after ``origin``). CRLF reads as LF."""
     try:
+        if "\r" in text:
+            text = text.replace("\r\n", "\n")
         params = _param_starts(text) if component is None else []
-        if params:
+        if params or not bare:
             yield from iter_get_param(text, origin, errors, params)
             return
         if component is None or target is None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import io
 from array import array
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress
 
@@ -287,9 +287,13 @@ class _Writer:
             self.parts.clear()
 
 
-def render_blocks(blocks: Sequence[TargetBlock], buffer: io.BytesIO) -> None:
-    """Write every per-job family of these targets to ``buffer``; the blocks' arrays are
-    released as soon as no family needs them any more."""
+def render_blocks(
+    blocks: Sequence[TargetBlock],
+    buffer: io.BytesIO,
+    rates: Container[str] = ("read_bytes", "write_bytes", "operations"),
+) -> None:
+    """Write every per-job family of these targets to ``buffer``, with the rate families
+    named in ``rates``; the blocks' arrays are released as soon as no family needs them."""
     out = _Writer(buffer)
     for number, spec in enumerate(SIZE_FAMILIES):
         _render_per_job(blocks, out, spec, "sizes", number, SIZES_PER_JOB)
@@ -298,10 +302,13 @@ def render_blocks(blocks: Sequence[TargetBlock], buffer: io.BytesIO) -> None:
     _release(blocks, "samples")
     _render_per_operation(blocks, out, LATENCY, "latency", "seconds")
     _release(blocks, "seconds")
-    _render_per_job(blocks, out, READ_RATE, "byte_rates", 0, 2)
-    _render_per_job(blocks, out, WRITE_RATE, "byte_rates", 1, 2)
+    if "read_bytes" in rates:
+        _render_per_job(blocks, out, READ_RATE, "byte_rates", 0, 2)
+    if "write_bytes" in rates:
+        _render_per_job(blocks, out, WRITE_RATE, "byte_rates", 1, 2)
     _release(blocks, "byte_rates")
-    _render_per_operation(blocks, out, OPS_RATE, "rates", "rates")
+    if "operations" in rates:
+        _render_per_operation(blocks, out, OPS_RATE, "rates", "rates")
     _release(blocks, "rates")
 
 
