@@ -1,18 +1,73 @@
 """The one point type every post-job source produces, and its InfluxDB line protocol.
 
-Encoding is delegated to influxdb-client's ``Point`` so escaping rules are the library's.
+The encoder is ours (not influxdb-client's ``Point``) because the escaping rules are a contract
+the spool, the tests and the servers depend on, and the library's differ from what InfluxDB
+1.x parses for some tag values (it turns a trailing backslash into an escaped space):
+
+- measurement: ``,`` and space escaped; tag keys, tag values, field keys: ``,`` ``=`` space
+  escaped; raw line breaks and tabs in names become the two characters ``\\n`` ``\\r`` ``\\t``
+  (a raw one would end the line);
+- InfluxDB 1.x cannot store a backslash that ends a tag key or value (it reads it as escaping
+  the separator and refuses the line). Such backslashes are written as U+29F5 (REVERSE
+  SOLIDUS OPERATOR, ``⧵``); every other tag value reads back unchanged;
+- string fields: ``\\`` and ``"`` escaped, line breaks written as ``\\n``/``\\r``;
+- floats in Python's shortest round-trip form without a trailing ``.0``; ``-0.0`` written as
+  ``0``; NaN and infinities dropped (InfluxDB cannot store them); integers with ``i``;
+- tags and fields in sorted key order, so the same point always gives the same line.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from influxdb_client import Point as _InfluxPoint
-from influxdb_client.domain.write_precision import WritePrecision
-
 FieldValue = float | int | str | bool
+
+UNSTORABLE_BACKSLASH = "\u29f5"
+_CONTROL = str.maketrans({"\n": "\\n", "\r": "\\r", "\t": "\\t"})
+_MEASUREMENT = str.maketrans({",": "\\,", " ": "\\ ", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
+_KEY = str.maketrans({",": "\\,", "=": "\\=", " ": "\\ ", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
+# a line break in a string field is written as the two characters backslash, n (escaped)
+_STRING = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\\\n", "\r": "\\\\r"})
+
+
+def escape_measurement(name: str) -> str:
+    return _storable(str(name)).translate(_MEASUREMENT)
+
+
+def escape_key(key: str) -> str:
+    """A tag key, tag value or field key."""
+    return _storable(str(key).translate(_CONTROL)).translate(_KEY)
+
+
+def _storable(text: str) -> str:
+    """Backslashes ending the text become U+29F5: InfluxDB 1.x reads a backslash before the
+    separator as an escape and refuses the line; every other backslash is stored as is."""
+    if not text.endswith("\\"):
+        return text
+    kept = text.rstrip("\\")
+    return kept + UNSTORABLE_BACKSLASH * (len(text) - len(kept))
+
+
+def format_field(value: FieldValue) -> str | None:
+    """A field value in line protocol; None for values InfluxDB cannot store (NaN, inf)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, numbers.Integral):
+        return f"{int(value)}i"
+    if isinstance(value, numbers.Real):
+        number = float(value)
+        if not math.isfinite(number):
+            return None
+        if number == 0.0:
+            return "0"  # never "-0"
+        text = repr(number)
+        return text[:-2] if text.endswith(".0") else text
+    if isinstance(value, str):
+        return '"' + value.translate(_STRING) + '"'
+    raise ValueError(f"field type {type(value).__name__} is not supported")
 
 
 @dataclass(slots=True)
@@ -23,24 +78,24 @@ class Point:
     time_ns: int | None = None
 
     def to_line(self) -> str:
-        """One line of line protocol; NaN/inf fields are dropped (InfluxDB cannot store them).
-
-        Line breaks in string fields are written as ``\\n``/``\\r``: a raw one splits the line
-        (VictoriaMetrics then drops the whole point, and a line-protocol file breaks).
-        """
-        point = _InfluxPoint(self.measurement)
+        """One line of line protocol ("" when no field can be stored: InfluxDB rejects those)."""
+        encoded = []
+        for key, value in sorted(self.fields.items()):
+            if value is None:
+                continue
+            text = format_field(value)
+            if text is not None:
+                encoded.append(f"{escape_key(key)}={text}")
+        if not encoded:
+            return ""
+        head = escape_measurement(self.measurement)
         for key, value in sorted(self.tags.items()):
             if value is not None and value != "":
-                point.tag(key, str(value))
-        for key, value in self.fields.items():
-            if value is None or (isinstance(value, float) and not math.isfinite(value)):
-                continue
-            if isinstance(value, str) and ("\n" in value or "\r" in value):
-                value = value.replace("\r", "\\r").replace("\n", "\\n")
-            point.field(key, value)
+                head += f",{escape_key(key)}={escape_key(str(value))}"
+        line = f"{head} {','.join(encoded)}"
         if self.time_ns is not None:
-            point.time(self.time_ns, WritePrecision.NS)
-        return point.to_line_protocol()
+            line += f" {int(self.time_ns)}"
+        return line
 
 
 def to_lines(points: Iterable[Point]) -> str:

@@ -26,6 +26,7 @@ from post_job.hook import (
     flush,
     run_job,
     sending_deadline,
+    stop_on_sigterm,
 )
 from post_job.model import JobContext
 from post_job.writers import DEFAULT_BATCH_SIZE, DEFAULT_TIMEOUT_SECONDS
@@ -336,7 +337,7 @@ def main_flush(argv: Sequence[str]) -> int:
         return _usage_error(str(exc))
     if not Path(options.spool_dir).is_dir():
         log.warning("flush: %s does not exist: nothing to replay", options.spool_dir)
-    with Watchdog(options.time_limit, exit_code=EXIT_PROBLEMS):
+    with stop_on_sigterm(EXIT_PROBLEMS), Watchdog(options.time_limit, exit_code=EXIT_PROBLEMS):
         reports = flush(settings, sending_deadline(options.time_limit))
     problems = [p for report in reports for p in report.problems]
     for report in reports:
@@ -391,7 +392,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "; only the spool is replayed" if settings.spool_dir else "; nothing to write",
         )
     job = JobContext(options.job_id.strip(), options.cluster or None, options.user or None)
-    with Watchdog(options.time_limit, exit_code=EXIT_PROBLEMS):
+    with stop_on_sigterm(EXIT_PROBLEMS), Watchdog(options.time_limit, exit_code=EXIT_PROBLEMS):
         try:
             report = run_job(job, requests, settings, sending_deadline(options.time_limit))
         except Exception as exc:  # noqa: BLE001 - a bug must still end in one clear line

@@ -32,6 +32,7 @@ from post_job.hook import (
     configure_logging,
     run_job,
     sending_deadline,
+    stop_on_sigterm,
 )
 from post_job.model import JobContext
 from post_job.writers import DEFAULT_BATCH_SIZE, DEFAULT_TIMEOUT_SECONDS, url_problem
@@ -507,7 +508,7 @@ def run_epilog(
     strict = strict or config.strict
     configure_logging(log_level, syslog=config.syslog)
     failure = 1 if strict else 0
-    with Watchdog(config.time_limit, exit_code=failure):
+    with stop_on_sigterm(failure), Watchdog(config.time_limit, exit_code=failure):
         try:
             return _run(config, env, now, failure)
         except Exception as exc:  # noqa: BLE001 - never fail a user's job over a bug of ours

@@ -7,14 +7,17 @@ one-line error naming it, and the job's other sources are still written.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import logging
 import os
+import signal
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hpcmon.points import Point
@@ -218,37 +221,102 @@ def _replay_into(
     writer: ServerWriter,
     deadline: Deadline,
     settings: WriterSettings,
+    own: frozenset[Path] = frozenset(),
 ) -> ReplayResult:
     try:
-        result = replay(spool, writer, deadline, settings.request_timeout)
-    except OSError as exc:  # spool directory unusable: say so, still send this run's points
+        result = replay(spool, writer, deadline, settings.request_timeout, own)
+    except OSError as exc:  # spool directory unusable: say so (what is on disk stays there)
         report.problems.append(f"spool {spool.dir}: {exc.strerror or exc}")
-        return ReplayResult()
+        return ReplayResult(unavailable_reason=f"spool unusable: {exc.strerror or exc}")
     report.replayed_lines += result.lines_sent
     report.replayed_files += result.files_sent
-    report.rejected += result.lines_rejected
+    report.written += result.own_lines_sent
+    report.rejected += result.lines_rejected + result.own_lines_rejected
     report.spool_files_left = result.files_left
     report.problems.extend(result.corrupt)
-    if result.lines_rejected:
+    rejected = result.lines_rejected + result.own_lines_rejected
+    if rejected:
         report.problems.append(
-            f"{result.lines_rejected} spooled line(s) rejected by the "
-            f"server, kept in {spool.rejected_dir}"
+            f"{rejected} line(s) rejected by the server, kept in {spool.rejected_dir}"
         )
     if result.skipped_locked:
-        log.info("spool %s: another hpcmon-post-job is replaying it; not replaying", spool.dir)
+        log.info(
+            "spool %s: another hpcmon-post-job is sending it; this run's lines wait there",
+            spool.dir,
+        )
     return result
+
+
+def _write_ahead(
+    spool: Spool, lines: Sequence[str], batch_size: int
+) -> tuple[list[Path], int, str | None]:
+    """Spool the run's lines (one durable file per batch) before anything is sent.
+
+    Returns the files written, how many lines they hold, and why spooling stopped (disk full,
+    ...) or None. A file is complete or absent: a failed write leaves no file taken for valid
+    and never touches the files already there."""
+    written: list[Path] = []
+    count = 0
+    with GUARD.spooling():
+        for batch in batches(lines, batch_size):
+            try:
+                path = spool.add(batch)
+            except OSError as exc:
+                return written, count, exc.strerror or str(exc)
+            if path is not None:
+                written.append(path)
+                count += len(batch)
+    return written, count, None
 
 
 def ship_to_server(
     lines: Sequence[str], writer: ServerWriter, settings: WriterSettings, deadline: Deadline
 ) -> DestinationReport:
-    """Replay this server's spool (oldest first), then send ``lines`` in batches; whatever the
-    server does not acknowledge goes to the spool, whatever it refuses goes to ``rejected/``."""
+    """With a spool: write every line ahead into it, then send the spool oldest first,
+    deleting each file once acknowledged (a kill at any instant loses nothing). Without one:
+    send in batches; what the server does not acknowledge is lost and counted."""
+    if not settings.spool_dir:
+        return _send_direct(lines, writer, settings, deadline, DestinationReport(writer.describe()))
     report = DestinationReport(writer.describe())
-    spool = Spool(settings.spool_dir, writer.kind) if settings.spool_dir else None
+    spool = Spool(settings.spool_dir, writer.kind)
+    GUARD.note = "nothing of this run is spooled yet"
+    own, spooled, spool_error = _write_ahead(spool, lines, settings.batch_size)
+    GUARD.note = f"unacknowledged lines are kept in {spool.dir} for the next run or 'flush'"
+    result = _replay_into(report, spool, writer, deadline, settings, frozenset(own))
+    report.spooled = spooled - result.own_lines_sent - result.own_lines_rejected
+    unspooled = lines[spooled:]
+    if spool_error is not None:
+        GUARD.note = "lines that could not be spooled are lost if not acknowledged"
+        direct = _send_direct(unspooled, writer, settings, deadline, DestinationReport(""))
+        report.written += direct.written
+        report.rejected += direct.rejected
+        report.lost += direct.lost
+        report.problems = [p for p in report.problems] + [
+            f"spool {spool.dir}: cannot write ({spool_error}); {len(unspooled)} line(s) sent "
+            f"without a spool: {direct.written} written, {direct.rejected} rejected, "
+            f"{direct.lost} lost; the spool already there is intact"
+        ]
+    down = result.unavailable_reason
+    if down is not None and report.spooled:
+        log.warning(
+            "%s unavailable (%s); %d line(s) of this run wait in %s",
+            writer.describe(),
+            down,
+            report.spooled,
+            spool.dir,
+        )
+    return report
+
+
+def _send_direct(
+    lines: Sequence[str],
+    writer: ServerWriter,
+    settings: WriterSettings,
+    deadline: Deadline,
+    report: DestinationReport,
+) -> DestinationReport:
+    """Send without a spool: whatever the server does not acknowledge is lost and counted."""
     down: str | None = None
-    if spool is not None:
-        down = _replay_into(report, spool, writer, deadline, settings).unavailable_reason
     for batch in batches(lines, settings.batch_size):
         if down is None:
             outcome = deliver(writer, batch, deadline, settings.request_timeout)
@@ -259,56 +327,15 @@ def ship_to_server(
             rejected, unsent = [], list(batch)
         if rejected:
             report.rejected += len(rejected)
-            _keep_rejected(report, spool, rejected)
-        if unsent:
-            if _keep_unsent(report, spool, unsent):
-                report.spooled += len(unsent)
-            else:
-                report.lost += len(unsent)
-    if down is not None:
-        if spool is not None:
-            report.spool_files_left = len(spool.pending())
-            log.warning(
-                "%s unavailable (%s); %d line(s) spooled in %s",
-                writer.describe(),
-                down,
-                report.spooled,
-                spool.dir,
-            )
-        if report.lost:
             report.problems.append(
-                f"{report.lost} line(s) not written ({down}) and not spooled"
-                + ("" if spool is not None else " (no --spool-dir)")
+                f"{len(rejected)} line(s) rejected by the server; first: {rejected[0][1]}"
             )
+        report.lost += len(unsent)
+    if report.lost and report.destination:
+        report.problems.append(
+            f"{report.lost} line(s) not written ({down}) and not spooled (no --spool-dir)"
+        )
     return report
-
-
-def _keep_unsent(report: DestinationReport, spool: Spool | None, lines: Sequence[str]) -> bool:
-    """Spool lines the server did not acknowledge; False when there is no usable spool."""
-    if spool is None:
-        return False
-    try:
-        spool.add(lines)
-    except OSError as exc:
-        report.problems.append(f"spool {spool.dir}: cannot write: {exc.strerror or exc}")
-        return False
-    return True
-
-
-def _keep_rejected(
-    report: DestinationReport, spool: Spool | None, rejected: list[tuple[str, str]]
-) -> None:
-    """Park refused lines in the spool's ``rejected/`` (when there is one) and say so."""
-    where = None
-    if spool is not None:
-        try:
-            where = spool.reject(rejected, "this run")
-        except OSError as exc:
-            report.problems.append(f"spool {spool.dir}: cannot write: {exc.strerror or exc}")
-    kept = f", kept in {where}" if where else ""
-    report.problems.append(
-        f"{len(rejected)} line(s) rejected by the server{kept}; first: {rejected[0][1]}"
-    )
 
 
 def ship(
@@ -400,11 +427,79 @@ def sending_deadline(limit: float | None) -> Deadline:
     return Deadline(max(limit * 0.5, limit - min(5.0, limit * 0.2)))
 
 
-class Watchdog:
-    """Hard time limit: if the run is still going at the limit, log and exit the process now.
+class ExitGuard:
+    """Ends the process at once for SIGTERM or the time limit, except while this run's lines
+    are being written ahead into the spool: then right after that (a few milliseconds), since
+    a run stopped half-way through spooling would lose the rest. Once spooled, stopping loses
+    nothing: every unacknowledged line is in the spool."""
 
-    Sending already stops early (the Deadline spools what is left); this catches everything
-    else, such as a source stuck on a huge log, so the hook never outlives its limit.
+    def __init__(self) -> None:
+        self._lock = threading.RLock()  # re-entrant: a signal handler runs in the main thread
+        self._spooling = 0
+        self._pending: tuple[str, int] | None = None
+        self.note = "nothing of this run is spooled yet"
+
+    def stop(self, message: str, code: int) -> None:
+        with self._lock:
+            if self._spooling:
+                self._pending = (message, code)
+                return
+        _exit_now(f"{message}; {self.note}", code)
+
+    @contextlib.contextmanager
+    def spooling(self) -> Iterator[None]:
+        with self._lock:
+            self._spooling += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._spooling -= 1
+                pending = self._pending if not self._spooling else None
+            if pending is not None:
+                _exit_now(f"{pending[0]}; spooling finished first, {self.note}", pending[1])
+
+
+GUARD = ExitGuard()
+
+
+def _exit_now(message: str, code: int) -> None:
+    """One line, then exit without unwinding (a request in flight is simply abandoned)."""
+    try:
+        log.error("%s; exiting with status %d", message, code)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+    except Exception:  # noqa: BLE001 - e.g. a signal arrived while stderr was being written
+        os.write(
+            2, f"{PROG}[{os.getpid()}]: ERROR {message}; exiting with status {code}\n".encode()
+        )
+    os._exit(code)
+
+
+@contextlib.contextmanager
+def stop_on_sigterm(exit_code: int) -> Iterator[None]:
+    """SIGTERM (``timeout``, ``scancel``, shutdown) stops the run within milliseconds with one
+    line and ``exit_code``; the previous handler is restored afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        GUARD.stop("terminated by SIGTERM", exit_code)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class Watchdog:
+    """Hard time limit: if the run is still going at the limit, log and exit the process now
+    (after the spooling in progress, if any; see ExitGuard).
+
+    Sending already stops early (the Deadline leaves the rest in the spool); this catches
+    everything else, such as a source stuck on a huge log, so the hook never outlives its limit.
     """
 
     def __init__(self, seconds: float | None, exit_code: int = 0) -> None:
@@ -412,10 +507,7 @@ class Watchdog:
         self._timer: threading.Timer | None = None
 
     def _fire(self) -> None:
-        log.error("time limit of %ss reached; exiting with status %d", self.seconds, self.exit_code)
-        for handler in logging.getLogger().handlers:
-            handler.flush()
-        os._exit(self.exit_code)
+        GUARD.stop(f"time limit of {self.seconds:g}s reached", self.exit_code)
 
     def __enter__(self) -> Watchdog:
         if self.seconds is not None:

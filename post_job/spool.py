@@ -1,15 +1,27 @@
-"""Durable spool: batches a server did not acknowledge wait on disk until a later run sends them.
+"""Durable spool: the write-ahead log of every line bound for a server, until it acknowledges.
 
 Layout: ``<spool-dir>/<kind>/`` per server API (``influx-v1``, ``influx-v2``), one file per
 batch named ``<created-ns>-<pid>-<seq>.spool`` so names sort oldest first, ``rejected/`` for
-lines the server refused (kept for a human, never replayed), ``.lock`` for the replay lock.
+lines the server refused and damaged frames (kept for a human, never replayed), ``.lock`` for
+the replay lock.
 
-A spool file is written atomically (temporary file, fsync, rename, fsync of the directory), so
-a crash leaves either the whole batch or nothing. Its first line is a JSON header with the line
-count and SHA-256 of the body; each further line is one line-protocol line as a JSON string
-(line protocol may hold raw newlines inside string fields, JSON never does). A file is deleted
-only after the server acknowledged every line of it; only the holder of the lock replays, so
-two epilogs on one node never send the same file twice.
+A run writes all its lines here *before* the first request (each file written, fsynced,
+renamed, directory fsynced), and a file is deleted only after the server acknowledged every
+line of it; a file partly acknowledged is rewritten with the rest. So a SIGKILL at any
+instant loses nothing: the next run or ``flush`` sends what is left (a line acknowledged just
+before the kill may be sent again; InfluxDB keeps one copy of identical points).
+
+Format (version 2), one frame per text line, each with its own check, so a damaged byte costs
+only the frame it falls in (one line, or two when it hits the newline between them):
+
+    hpcmon-spool 2 <kind> <created-ns> <line-count> <check>
+    <check> <line protocol line as a JSON string (ASCII)>
+    ...
+
+``<check>`` is 16 hex digits of BLAKE2b over the rest of the frame. Good lines of a damaged
+file are replayed; the damaged frames go to ``rejected/<file>.damaged`` as they were. Version 1
+files (a JSON header with one SHA-256 over the body) written by earlier releases are still
+read; a damaged one is set aside whole.
 """
 
 from __future__ import annotations
@@ -32,9 +44,11 @@ from post_job.writers import Deadline, ServerWriter, deliver
 log = logging.getLogger("hpcmon.post_job.spool")
 
 FORMAT = "hpcmon-spool"
-VERSION = 1
+VERSION = 2
 SUFFIX = ".spool"
 _NAME = re.compile(r"^\d{20}-\d+-\d+\.spool$")
+_KIND = re.compile(r"^[a-z0-9-]{1,32}$")
+_CHECK_LENGTH = 16
 _STALE_TMP_SECONDS = 3600
 # One counter per process, not per Spool: two Spool objects of one process must never build
 # the same name in the same nanosecond (os.replace would silently overwrite the older batch).
@@ -42,24 +56,93 @@ _SEQUENCE = itertools.count(1)
 
 
 class SpoolFileError(ValueError):
-    """A spool file that cannot be trusted (truncated, corrupted, not a spool file)."""
+    """A spool file that cannot be trusted at all (not a spool file, unknown version)."""
+
+
+@dataclass
+class DecodedBatch:
+    """What could be read from one spool file."""
+
+    lines: list[str]  # every line whose frame checked out, in order
+    damaged: list[bytes] = field(default_factory=list)  # frames that failed their check
+    problems: list[str] = field(default_factory=list)  # "<file>: <problem>" lines
+
+
+def _check(payload: bytes) -> bytes:
+    return hashlib.blake2b(payload, digest_size=_CHECK_LENGTH // 2).hexdigest().encode("ascii")
+
+
+def _frame(payload: bytes) -> bytes:
+    return _check(payload) + b" " + payload + b"\n"
 
 
 def encode_batch(lines: Sequence[str], kind: str, created_ns: int) -> bytes:
-    body = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines).encode("utf-8")
-    header = {
-        "format": FORMAT,
-        "version": VERSION,
-        "kind": kind,
-        "created_ns": created_ns,
-        "lines": len(lines),
-        "sha256": hashlib.sha256(body).hexdigest(),
-    }
-    return json.dumps(header, sort_keys=True).encode("utf-8") + b"\n" + body
+    if not _KIND.match(kind):
+        raise ValueError(f"bad spool kind {kind!r}")
+    header = f"{FORMAT} {VERSION} {kind} {int(created_ns)} {len(lines)}".encode("ascii")
+    parts = [header + b" " + _check(header) + b"\n"]
+    parts.extend(_frame(json.dumps(line).encode("ascii")) for line in lines)
+    return b"".join(parts)
 
 
-def decode_batch(data: bytes, name: str = "spool file") -> list[str]:
-    """Lines of one spool file; SpoolFileError naming the file and problem for anything else."""
+def _unframe(raw: bytes) -> str | None:
+    """The line in one frame, or None when the frame is damaged."""
+    if len(raw) < _CHECK_LENGTH + 3 or raw[_CHECK_LENGTH : _CHECK_LENGTH + 1] != b" ":
+        return None
+    payload = raw[_CHECK_LENGTH + 1 :]
+    if _check(payload) != raw[:_CHECK_LENGTH]:
+        return None
+    try:
+        line = json.loads(payload.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return line if isinstance(line, str) else None
+
+
+def _header_count(raw: bytes) -> int | None:
+    """The line count of a good version 2 header frame, None when it is damaged."""
+    body, _, check = raw.rpartition(b" ")
+    if _check(body) != check:
+        return None
+    words = body.split(b" ")
+    if len(words) != 5 or not words[4].isdigit():
+        return None
+    return int(words[4])
+
+
+def decode_batch(data: bytes, name: str = "spool file") -> DecodedBatch:
+    """Lines of one spool file, keeping the good frames of a damaged one; SpoolFileError for a
+    file that is not a spool file at all."""
+    if data.startswith(b"{"):
+        return DecodedBatch(_decode_v1(data, name))
+    frames = data.split(b"\n")
+    tail = frames.pop()  # b"" when the file ends with a newline, as every frame does
+    expected = _header_count(frames[0]) if frames else None
+    result = DecodedBatch([])
+    for raw in frames[1:]:
+        line = _unframe(raw)
+        if line is None:
+            result.damaged.append(raw)
+        else:
+            result.lines.append(line)
+    if tail:
+        result.damaged.append(tail)
+        result.problems.append(f"{name}: last frame is not terminated (truncated)")
+    found = len(result.lines) + len(result.damaged)
+    if expected is None:
+        if not result.lines:
+            raise SpoolFileError(f"{name}: not an hpcmon spool file, or damaged beyond use")
+        result.damaged.insert(0, frames[0])
+        result.problems.append(f"{name}: header frame is damaged")
+    elif expected != found:
+        result.problems.append(f"{name}: header says {expected} line(s), found {found}")
+    if result.damaged:
+        result.problems.append(f"{name}: {len(result.damaged)} damaged frame(s) set aside")
+    return result
+
+
+def _decode_v1(data: bytes, name: str) -> list[str]:
+    """Version 1: JSON header with the SHA-256 of the whole body (all or nothing)."""
     newline = data.find(b"\n")
     if newline < 0:
         raise SpoolFileError(f"{name}: no header line (empty or truncated)")
@@ -69,7 +152,7 @@ def decode_batch(data: bytes, name: str = "spool file") -> list[str]:
         raise SpoolFileError(f"{name}: header is not JSON: {exc}") from exc
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise SpoolFileError(f"{name}: not an hpcmon spool file")
-    if header.get("version") != VERSION:
+    if header.get("version") != 1:
         raise SpoolFileError(f"{name}: unsupported spool version {header.get('version')!r}")
     count, digest = header.get("lines"), header.get("sha256")
     if not isinstance(count, int) or isinstance(count, bool) or not isinstance(digest, str):
@@ -119,8 +202,10 @@ def atomic_write(path: Path, data: bytes) -> None:
 @dataclass
 class ReplayResult:
     files_sent: int = 0
-    lines_sent: int = 0
+    lines_sent: int = 0  # acknowledged, from files of earlier runs
     lines_rejected: int = 0
+    own_lines_sent: int = 0  # acknowledged, from the files this run wrote ahead
+    own_lines_rejected: int = 0
     files_left: int = 0
     corrupt: list[str] = field(default_factory=list)
     skipped_locked: bool = False
@@ -156,7 +241,7 @@ class Spool:
             return []
         return sorted(p for p in self.dir.iterdir() if _NAME.match(p.name) and p.is_file())
 
-    def read(self, path: Path) -> list[str]:
+    def read(self, path: Path) -> DecodedBatch:
         try:
             data = path.read_bytes()
         except FileNotFoundError:
@@ -185,6 +270,13 @@ class Spool:
         )
         atomic_write(path, text.encode("utf-8"))
         return path
+
+    def set_aside(self, path: Path, frames: Sequence[bytes]) -> Path:
+        """Keep the damaged frames of a spool file, as they were, for inspection."""
+        self.rejected_dir.mkdir(parents=True, exist_ok=True)
+        target = self.rejected_dir / f"{path.name}.{time.time_ns()}.damaged"
+        atomic_write(target, b"".join(frame + b"\n" for frame in frames))
+        return target
 
     def quarantine(self, path: Path) -> Path:
         """Move an unreadable spool file aside so it never blocks the queue."""
@@ -223,38 +315,75 @@ class Spool:
 
 
 def replay(
-    spool: Spool, writer: ServerWriter, deadline: Deadline, request_timeout: float
+    spool: Spool,
+    writer: ServerWriter,
+    deadline: Deadline,
+    request_timeout: float,
+    own: frozenset[Path] = frozenset(),
 ) -> ReplayResult:
-    """Send spooled batches oldest first; stop at the first outage; keep what is unacknowledged."""
+    """Send spooled batches oldest first, including files written while sending (listed
+    again until none is new); stop at the first outage; keep what is unacknowledged.
+    ``own``: the files this run wrote ahead, counted apart from earlier runs' files."""
     result = ReplayResult()
-    files = spool.pending()
-    if not files:
+    if not spool.pending():
         return result
     with spool.replay_lock() as locked:
         if not locked:
             result.skipped_locked = True
-            result.files_left = len(files)
+            result.files_left = len(spool.pending())
             return result
         spool.clean_stale_tmp()
-        for path in spool.pending():
-            try:
-                lines = spool.read(path)
-            except FileNotFoundError:
-                continue
-            except SpoolFileError as exc:
-                result.corrupt.append(str(exc))
-                spool.quarantine(path)
-                continue
-            outcome = deliver(writer, lines, deadline, request_timeout)
-            result.lines_sent += outcome.written
-            result.lines_rejected += len(outcome.rejected)
-            spool.reject(outcome.rejected, str(path))
-            if outcome.pending:
-                if len(outcome.pending) < len(lines):
-                    spool.replace(path, outcome.pending)
-                result.unavailable_reason = outcome.unavailable_reason
-                result.files_left = len(spool.pending())
+        done: set[Path] = set()
+        while result.unavailable_reason is None:
+            files = [path for path in spool.pending() if path not in done]
+            if not files:
                 break
-            spool.remove(path)
-            result.files_sent += 1
+            for path in files:
+                done.add(path)
+                if not _replay_file(spool, path, writer, deadline, request_timeout, own, result):
+                    break
+        result.files_left = len(spool.pending())
     return result
+
+
+def _replay_file(
+    spool: Spool,
+    path: Path,
+    writer: ServerWriter,
+    deadline: Deadline,
+    request_timeout: float,
+    own: frozenset[Path],
+    result: ReplayResult,
+) -> bool:
+    """Send one spool file; False when the server stopped taking data."""
+    try:
+        batch = spool.read(path)
+    except FileNotFoundError:  # sent by another process between listing and reading
+        return True
+    except SpoolFileError as exc:
+        result.corrupt.append(f"{exc}; moved to {spool.quarantine(path)}")
+        return True
+    if batch.damaged:
+        where = spool.set_aside(path, batch.damaged)
+        result.corrupt.append(f"{'; '.join(batch.problems)} ({where})")
+        spool.replace(path, batch.lines)
+    elif batch.problems:
+        result.corrupt.extend(batch.problems)
+    mine = path in own
+    outcome = deliver(writer, batch.lines, deadline, request_timeout)
+    if mine:
+        result.own_lines_sent += outcome.written
+        result.own_lines_rejected += len(outcome.rejected)
+    else:
+        result.lines_sent += outcome.written
+        result.lines_rejected += len(outcome.rejected)
+    spool.reject(outcome.rejected, str(path))
+    if outcome.pending:
+        if len(outcome.pending) < len(batch.lines):
+            spool.replace(path, outcome.pending)
+        result.unavailable_reason = outcome.unavailable_reason
+        return False
+    spool.remove(path)
+    if not mine:
+        result.files_sent += 1
+    return True

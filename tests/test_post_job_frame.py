@@ -426,4 +426,5 @@ def test_unusable_spool_dir_is_reported_not_raised(
                    "--spool-dir", str(not_a_dir)])  # fmt: skip
     err = capsys.readouterr().err
     assert status == 1
-    assert "cannot write" in err and "1 line(s) not written" in err
+    assert "cannot write (Not a directory); 1 line(s) sent without a spool" in err
+    assert "1 lost" in err
