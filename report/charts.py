@@ -1,0 +1,116 @@
+"""The HTML report's pictures as inline SVG strings (matplotlib, no network, no files)."""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from report.model import JobData  # noqa: E402
+
+matplotlib.rcParams.update(
+    {
+        "svg.fonttype": "none",  # text stays text: smaller, selectable
+        "svg.hashsalt": "hpcmon-report",  # same ids on every run
+        "font.size": 9,
+        "axes.spines.top": False,
+        "axes.spines.right": False,
+    }
+)
+MIB = 1024.0 * 1024.0
+
+
+def _svg(figure) -> str:
+    buffer = io.StringIO()
+    figure.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
+    plt.close(figure)
+    text = buffer.getvalue()
+    return text[text.index("<svg") :]
+
+
+def _figure():
+    return plt.subplots(figsize=(7.5, 2.4))
+
+
+def heatmap_timeline(job: JobData) -> str | None:
+    if job.darshan is None or not job.darshan.heatmaps:
+        return None
+    figure, axes = _figure()
+    origin = min(h.start for h in job.darshan.heatmaps)
+    for heatmap in job.darshan.heatmaps:
+        t = heatmap.start - origin + np.arange(len(heatmap.read_bytes)) * heatmap.width
+        width = heatmap.width
+        axes.bar(
+            t,
+            heatmap.read_bytes / MIB,
+            width=width,
+            align="edge",
+            label=f"{heatmap.module} read",
+            alpha=0.7,
+        )
+        axes.bar(
+            t,
+            heatmap.write_bytes / MIB,
+            width=width,
+            align="edge",
+            bottom=heatmap.read_bytes / MIB,
+            label=f"{heatmap.module} write",
+            alpha=0.7,
+        )
+    axes.set_xlabel("seconds since job start")
+    axes.set_ylabel("MiB per bin")
+    axes.legend(loc="upper right", fontsize=7, ncol=3)
+    return _svg(figure)
+
+
+def bytes_per_rank(per_rank: dict[int, float]) -> str | None:
+    if not per_rank:
+        return None
+    figure, axes = _figure()
+    ranks = np.fromiter(per_rank.keys(), dtype=np.int64)
+    values = np.fromiter(per_rank.values(), dtype=np.float64) / MIB
+    order = np.argsort(ranks)
+    if len(ranks) <= 128:
+        axes.bar(ranks[order], values[order], width=0.8)
+    else:  # one filled step line: a thousand bars cost more than they show
+        axes.fill_between(ranks[order], values[order], step="mid", alpha=0.7)
+    axes.set_xlabel("rank")
+    axes.set_ylabel("MiB (own files)")
+    return _svg(figure)
+
+
+def target_rates(job: JobData, limit: int = 8) -> str | None:
+    prom = job.prometheus
+    if prom is None:
+        return None
+    series = [t for t in prom.targets if t.job_rate is not None and len(t.job_rate.times)]
+    if not series:
+        return None
+    figure, axes = _figure()
+    origin = job.window[0] if job.window else series[0].job_rate.times[0]
+    for t in series[:limit]:
+        scale = 1.0 if t.component == "mdt" else MIB
+        unit = "ops/s" if t.component == "mdt" else "MiB/s"
+        axes.plot(
+            t.job_rate.times - origin, t.job_rate.values / scale, label=f"{t.target} ({unit})"
+        )
+    axes.set_xlabel("seconds since window start")
+    axes.set_ylabel("job's rate")
+    axes.legend(loc="upper right", fontsize=7, ncol=2)
+    return _svg(figure)
+
+
+def power(job: JobData) -> str | None:
+    series = job.prometheus.power if job.prometheus else None
+    if series is None or not len(series.times):
+        return None
+    figure, axes = _figure()
+    origin = job.window[0] if job.window else series.times[0]
+    axes.plot(series.times - origin, series.values, color="tab:red")
+    axes.set_xlabel("seconds since window start")
+    axes.set_ylabel("W (job's nodes)")
+    return _svg(figure)

@@ -1,0 +1,754 @@
+"""Diagnosis rules: typed records -> insights with a level, evidence numbers and a recommendation.
+
+Each rule is documented in RULES (id, level, threshold, the Drishti code it matches) and the
+README's rule table is generated from it. Rules evaluate only what the sources could see: a
+rule whose inputs are unknown is listed as not evaluated, with the reason, never as passed.
+Thresholds of the Drishti-compatible rules are Drishti 0.8's defaults (drishti/includes/config.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from report.model import DarshanData, FileTable, JobData, Series
+from report.prometheus import integral
+
+HIGH, WARN, INFO = "high", "warn", "info"
+MIB = 1024.0 * 1024.0
+
+# Drishti 0.8 default thresholds
+SMALL_REQUESTS = 0.1  # share of requests < 1 MiB
+SMALL_REQUESTS_ABSOLUTE = 1000
+MISALIGNED_REQUESTS = 0.1
+METADATA_TIME_RANK = 30.0  # seconds of metadata time on one record
+RANDOM_OPERATIONS = 0.2
+RANDOM_OPERATIONS_ABSOLUTE = 1000
+IMBALANCE_STRAGGLERS = 0.15
+IMBALANCE_SIZE = 0.3
+INTERFACE_STDIO = 0.1
+COLLECTIVE_OPERATIONS_ABSOLUTE = 1000
+# this stack's rules
+REDUNDANT_READ_SHARE = 0.1  # bytes read beyond each file's extent / bytes read
+REDUNDANT_READ_MIN_BYTES = 1 * MIB
+TARGET_SHARE_WARN = 0.5
+TARGET_SHARE_HIGH = 0.8
+TARGET_MIN_BYTES = 1024 * MIB  # a target that moved less than this is not "dominated"
+TARGET_MIN_OPS = 10_000
+SPIKE_FACTOR = 3.0  # target rate above 3x its median over the window
+IO_BOUND_BIN = 0.1  # a heatmap bin moving >= 10% of the peak bin is an I/O phase
+ENERGY_IO_SHARE = 0.2
+PYTHON_HOTSPOT_SHARE = 0.2  # one function's self time / traced time
+PYTHON_HOTSPOT_HIGH = 0.5
+
+
+@dataclass
+class Insight:
+    id: str
+    level: str
+    title: str
+    evidence: dict[str, float | int | str]
+    recommendation: str
+    drishti: str | None = None
+    files: list[str] = field(default_factory=list)
+
+
+@dataclass
+class NotEvaluated:
+    id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    level: str
+    drishti: str | None
+    threshold: str
+    check: Callable[[JobData], Insight | NotEvaluated | None]
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _posix(job: JobData) -> tuple[DarshanData, FileTable] | NotEvaluated:
+    if job.darshan is None:
+        return NotEvaluated("", "no Darshan data")
+    table = job.darshan.files.get("POSIX")
+    if table is None or not len(table):
+        return NotEvaluated("", "no POSIX records")
+    return job.darshan, table
+
+
+def _known(values: np.ndarray) -> bool:
+    return bool(len(values)) and not np.all(np.isnan(values))
+
+
+def _coverage(table: FileTable) -> str:
+    if table.complete:
+        return "all records"
+    return f"{len(table)} of {table.total_records} records (counts are lower bounds)"
+
+
+def _top_files(table: FileTable, weights: np.ndarray, n: int = 5) -> list[str]:
+    weights = np.nan_to_num(weights)
+    order = np.argsort(-weights, kind="stable")[:n]
+    return [table.files[i] or table.record_ids[i] for i in order if weights[i] > 0]
+
+
+def _ops_total(data: DarshanData, module: str, direction: str) -> float:
+    totals = data.modules.get(module)
+    return float(getattr(totals, direction)) if totals else 0.0
+
+
+# ---------------------------------------------------------------- Drishti-compatible rules
+
+
+def _stdio(job: JobData):
+    if job.darshan is None:
+        return NotEvaluated("stdio_heavy", "no Darshan data")
+    data = job.darshan
+    stdio = data.modules.get("STDIO")
+    stdio_bytes = (stdio.bytes_read + stdio.bytes_written) if stdio else 0.0
+    total = data.total("bytes_read") + data.total("bytes_written")
+    if "STDIO" not in data.counted_modules:
+        total += stdio_bytes
+    if total and stdio_bytes / total > INTERFACE_STDIO:
+        return Insight(
+            "stdio_heavy",
+            HIGH,
+            f"STDIO moves {stdio_bytes / total:.0%} of the job's bytes",
+            {"stdio_bytes": stdio_bytes, "total_bytes": total, "share": stdio_bytes / total},
+            "Use POSIX or MPI-IO (or HDF5/PnetCDF) for bulk data; keep fprintf/fread for logs.",
+            "S01",
+        )
+    return None
+
+
+def _no_mpiio(job: JobData):
+    if job.darshan is None:
+        return NotEvaluated("no_mpiio", "no Darshan data")
+    data = job.darshan
+    if "MPI-IO" in data.module_names:
+        return None
+    io = data.total("bytes_read") + data.total("bytes_written")
+    level = WARN if data.nprocs > 1 else INFO
+    return Insight(
+        "no_mpiio",
+        level,
+        "The job does not use MPI-IO",
+        {"nprocs": data.nprocs, "bytes": io},
+        "For parallel I/O on shared files consider MPI-IO or a library on it (HDF5, PnetCDF).",
+        "M01",
+    )
+
+
+def _small(direction: str, shared: bool, code: str):
+    rid = f"{'shared_' if shared else ''}small_{direction}"
+    small_col = "small_reads" if direction == "reads" else "small_writes"
+
+    def check(job: JobData):
+        found = _posix(job)
+        if isinstance(found, NotEvaluated):
+            return NotEvaluated(rid, found.reason)
+        data, table = found
+        rows = table.col("rank") == -1 if shared else np.ones(len(table), bool)
+        small = table.col(small_col)[rows]
+        if shared:
+            total = float(np.nansum(table.col(direction)[rows]))
+        else:
+            total = _ops_total(data, "POSIX", direction)
+        if not _known(small):
+            if not rows.any():
+                return None
+            return NotEvaluated(rid, "request size counts unknown")
+        count = float(np.nansum(small))
+        if total and count / total > SMALL_REQUESTS and count > SMALL_REQUESTS_ABSOLUTE:
+            where = "shared files" if shared else "the job"
+            return Insight(
+                rid,
+                HIGH,
+                f"{count / total:.0%} of {direction} on {where} are smaller than 1 MiB",
+                {
+                    f"small_{direction}": count,
+                    direction: total,
+                    "share": count / total,
+                    "evaluated_on": _coverage(table),
+                },
+                "Aggregate requests into larger ones (buffering, MPI-IO collective buffering,"
+                " HDF5 chunking/caching); align to the stripe size.",
+                code,
+                _top_files(table, np.where(rows, table.col(small_col), 0)),
+            )
+        return None
+
+    return check
+
+
+def _misaligned(kind: str, code: str):
+    rid = f"misaligned_{kind}"
+    column = "mem_not_aligned" if kind == "memory" else "file_not_aligned"
+
+    def check(job: JobData):
+        found = _posix(job)
+        if isinstance(found, NotEvaluated):
+            return NotEvaluated(rid, found.reason)
+        data, table = found
+        values = table.col(column)
+        if not _known(values):
+            return NotEvaluated(rid, f"{column} is not in the InfluxDB points (needs --darshan)")
+        ops = _ops_total(data, "POSIX", "reads") + _ops_total(data, "POSIX", "writes")
+        count = float(np.nansum(values))
+        if ops and count / ops > MISALIGNED_REQUESTS:
+            return Insight(
+                rid,
+                HIGH,
+                f"{count / ops:.0%} of POSIX requests are not {kind}-aligned",
+                {
+                    "not_aligned": count,
+                    "operations": ops,
+                    "share": count / ops,
+                    "evaluated_on": _coverage(table),
+                },
+                "Align buffers (posix_memalign)"
+                if kind == "memory"
+                else "Align file offsets and request sizes to the file system block/stripe size.",
+                code,
+                _top_files(table, values),
+            )
+        return None
+
+    return check
+
+
+def _random(direction: str, code: str):
+    rid = f"random_{direction}"
+    seq_col = "seq_reads" if direction == "reads" else "seq_writes"
+
+    def check(job: JobData):
+        found = _posix(job)
+        if isinstance(found, NotEvaluated):
+            return NotEvaluated(rid, found.reason)
+        data, table = found
+        seq = table.col(seq_col)
+        if not _known(seq):
+            return NotEvaluated(rid, "sequential counts unknown")
+        per_file = np.nan_to_num(table.col(direction) - seq)
+        random = float(np.sum(np.clip(per_file, 0, None)))
+        total = _ops_total(data, "POSIX", direction)
+        if total and random / total > RANDOM_OPERATIONS and random > RANDOM_OPERATIONS_ABSOLUTE:
+            return Insight(
+                rid,
+                HIGH,
+                f"{random / total:.0%} of POSIX {direction} are random (not sequential)",
+                {
+                    f"random_{direction}": random,
+                    direction: total,
+                    "share": random / total,
+                    "evaluated_on": _coverage(table),
+                },
+                "Access files sequentially, or gather requests (MPI-IO collective, sorted"
+                " offsets, larger contiguous blocks).",
+                code,
+                _top_files(table, per_file),
+            )
+        return None
+
+    return check
+
+
+def _metadata_time(job: JobData):
+    found = _posix(job)
+    if isinstance(found, NotEvaluated):
+        return NotEvaluated("metadata_time", found.reason)
+    _, table = found
+    meta = table.col("meta_time")
+    if not _known(meta):
+        return NotEvaluated("metadata_time", "metadata time unknown")
+    slow = np.nan_to_num(meta) > METADATA_TIME_RANK
+    if slow.any():
+        return Insight(
+            "metadata_time",
+            HIGH,
+            f"{int(slow.sum())} file record(s) spent more than {METADATA_TIME_RANK:.0f} s in"
+            " metadata operations",
+            {"records": int(slow.sum()), "max_metadata_seconds": float(np.nanmax(meta))},
+            "Open/stat/seek less (open once, cache attributes, fewer files per rank); on Lustre"
+            " avoid many small files in one directory.",
+            "P17",
+            _top_files(table, np.where(slow, meta, 0)),
+        )
+    return None
+
+
+def _shared_imbalance(kind: str, code: str):
+    rid = f"shared_{kind}_imbalance"
+
+    def check(job: JobData):
+        found = _posix(job)
+        if isinstance(found, NotEvaluated):
+            return NotEvaluated(rid, found.reason)
+        _, table = found
+        shared = table.col("rank") == -1
+        if not shared.any():
+            return None
+        if kind == "data":
+            slow, fast = table.col("slowest_rank_bytes"), table.col("fastest_rank_bytes")
+            total = table.col("bytes_read") + table.col("bytes_written")
+        else:
+            slow, fast = table.col("slowest_rank_time"), table.col("fastest_rank_time")
+            total = table.col("read_time") + table.col("write_time") + table.col("meta_time")
+        if not _known(slow[shared]) or not _known(fast[shared]):
+            return NotEvaluated(
+                rid, f"per-rank {kind} extremes are not in the InfluxDB points (needs --darshan)"
+            )
+        with np.errstate(divide="ignore", invalid="ignore"):
+            spread = np.where(shared & (total > 0), np.abs(slow - fast) / total, 0.0)
+        spread = np.nan_to_num(spread)
+        hit = spread > IMBALANCE_STRAGGLERS
+        if hit.any():
+            what = "bytes" if kind == "data" else "I/O time"
+            return Insight(
+                rid,
+                HIGH,
+                f"{int(hit.sum())} shared file(s) where the slowest and fastest rank differ by"
+                f" more than {IMBALANCE_STRAGGLERS:.0%} of the file's {what} (stragglers)",
+                {"files": int(hit.sum()), "max_spread": float(spread.max())},
+                "Balance the work per rank on shared files; with MPI-IO use collective I/O so"
+                " aggregators even out the load.",
+                code,
+                _top_files(table, spread),
+            )
+        return None
+
+    return check
+
+
+def _rank_imbalance(direction: str, code: str):
+    rid = f"rank_{direction}_imbalance"
+    direction = "read" if direction == "read" else "written"
+    column = f"bytes_{direction}"
+
+    def check(job: JobData):
+        found = _posix(job)
+        if isinstance(found, NotEvaluated):
+            return NotEvaluated(rid, found.reason)
+        _, table = found
+        ranks = table.col("rank")
+        own = ranks != -1
+        if not own.any():
+            return None
+        ids = np.array(table.record_ids, dtype=object)[own]
+        values = np.nan_to_num(table.col(column)[own])
+        _, inverse = np.unique(ids.astype(str), return_inverse=True)
+        groups = inverse.max() + 1
+        high = np.full(groups, -np.inf)
+        low = np.full(groups, np.inf)
+        np.maximum.at(high, inverse, values)
+        np.minimum.at(low, inverse, values)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            spread = np.where(high > 0, (high - low) / high, 0.0)
+        hit = spread > IMBALANCE_SIZE
+        if hit.any():
+            return Insight(
+                rid,
+                HIGH,
+                f"{int(hit.sum())} file(s) accessed by several ranks with more than"
+                f" {IMBALANCE_SIZE:.0%} difference in bytes {direction} per rank",
+                {
+                    "files": int(hit.sum()),
+                    "max_spread": float(spread.max()),
+                    "evaluated_on": _coverage(table),
+                },
+                "Distribute the data evenly over ranks, or let fewer aggregator ranks do the"
+                " I/O (MPI-IO collective buffering).",
+                code,
+            )
+        return None
+
+    return check
+
+
+def _collective(direction: str, code: str):
+    rid = f"mpiio_no_collective_{direction}"
+
+    def check(job: JobData):
+        if job.darshan is None or "MPI-IO" not in job.darshan.module_names:
+            return None
+        table = job.darshan.files.get("MPI-IO")
+        if table is None or not len(table):
+            return None
+        coll = table.col(f"coll_{direction}")
+        indep = table.col(f"indep_{direction}")
+        if not _known(coll):
+            return NotEvaluated(
+                rid,
+                "collective/independent counts are not in the InfluxDB points (needs --darshan)",
+            )
+        n_coll, n_indep = float(np.nansum(coll)), float(np.nansum(indep))
+        if n_coll == 0 and n_indep + n_coll > COLLECTIVE_OPERATIONS_ABSOLUTE:
+            return Insight(
+                rid,
+                HIGH,
+                f"MPI-IO {direction} are all independent ({n_indep:.0f} calls), none collective",
+                {f"independent_{direction}": n_indep, f"collective_{direction}": n_coll},
+                f"Use collective calls (MPI_File_{direction[:-1]}_all / _at_all) on shared"
+                " files so MPI-IO can aggregate requests.",
+                code,
+                _top_files(table, indep),
+            )
+        return None
+
+    return check
+
+
+# ---------------------------------------------------------------- this stack's rules
+
+
+def _redundant_reads(job: JobData):
+    found = _posix(job)
+    if isinstance(found, NotEvaluated):
+        return NotEvaluated("redundant_reads", found.reason)
+    data, table = found
+    reuse = table.col("reuse")
+    if not _known(reuse):
+        return None
+    read = np.nan_to_num(table.col("bytes_read"))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        extent = np.where(reuse > 0, read / reuse, read)
+    extra = np.clip(np.nan_to_num(read - extent), 0, None)
+    total = _ops_total(data, "POSIX", "bytes_read")
+    amount = float(extra.sum())
+    if total and amount / total > REDUNDANT_READ_SHARE and amount > REDUNDANT_READ_MIN_BYTES:
+        return Insight(
+            "redundant_reads",
+            WARN,
+            f"{amount / total:.0%} of the bytes read were read more than once",
+            {
+                "redundant_bytes": amount,
+                "bytes_read": total,
+                "share": amount / total,
+                "evaluated_on": _coverage(table),
+            },
+            "Read each file once (cache it in memory, or read on one rank and broadcast).",
+            None,
+            _top_files(table, extra),
+        )
+    return None
+
+
+def _windowed(series: Series | None, start: float, end: float) -> np.ndarray:
+    if series is None:
+        return np.zeros(0)
+    mask = (series.times >= start) & (series.times < end)
+    return series.values[mask]
+
+
+def _io_bins(job: JobData) -> list[tuple[float, float, float]]:
+    """(start, end, bytes) of the heatmap bins that are I/O phases (>= 10% of the peak bin)."""
+    out = []
+    if job.darshan is None:
+        return out
+    for heatmap in job.darshan.heatmaps:
+        moved = heatmap.read_bytes + heatmap.write_bytes
+        if not len(moved) or moved.max() <= 0:
+            continue
+        for k in np.flatnonzero(moved >= IO_BOUND_BIN * moved.max()):
+            begin = heatmap.start + k * heatmap.width
+            out.append((begin, begin + heatmap.width, float(moved[k])))
+    return out
+
+
+def _target_dominated(job: JobData):
+    if job.prometheus is None:
+        return NotEvaluated("target_dominated", "no Prometheus data")
+    worst = None
+    for target in job.prometheus.targets:
+        if target.component == "mdt":
+            big = target.all_metadata_ops >= TARGET_MIN_OPS
+        else:
+            big = target.all_read_bytes + target.all_write_bytes >= TARGET_MIN_BYTES
+        better = worst is None or target.share > worst.share
+        if big and target.share > TARGET_SHARE_WARN and better:
+            worst = target
+    if worst is None:
+        return None
+    return Insight(
+        "target_dominated",
+        HIGH if worst.share > TARGET_SHARE_HIGH else WARN,
+        f"The job took {worst.share:.0%} of {worst.target}'s traffic during its run",
+        {
+            "target": worst.target,
+            "component": worst.component,
+            "share": worst.share,
+            "job_bytes": worst.read_bytes + worst.write_bytes,
+            "job_metadata_ops": worst.metadata_ops,
+        },
+        "Spread files over more OSTs (lfs setstripe -c), or spread metadata over MDTs (DNE);"
+        " schedule heavy phases apart from other jobs.",
+    )
+
+
+def _phase_spike(job: JobData):
+    if job.prometheus is None or job.darshan is None:
+        return NotEvaluated("io_phase_target_spike", "needs Darshan heatmap and Prometheus")
+    bins = _io_bins(job)
+    if not bins:
+        return NotEvaluated("io_phase_target_spike", "no Darshan heatmap")
+    hits = []
+    for target in job.prometheus.targets:
+        rate = target.all_rate
+        if rate is None or len(rate.values) < 3:
+            continue
+        median = float(np.median(rate.values))
+        for begin, end, _ in bins:
+            inside = _windowed(rate, begin, end)
+            mine = _windowed(target.job_rate, begin, end)
+            if (
+                len(inside)
+                and inside.max() > SPIKE_FACTOR * max(median, 1.0)
+                and mine.max(initial=0) > 0
+            ):
+                hits.append((target.target, begin, float(inside.max()), median))
+                break
+    if not hits:
+        return None
+    name, begin, peak, median = max(hits, key=lambda h: h[2] / max(h[3], 1.0))
+    return Insight(
+        "io_phase_target_spike",
+        WARN,
+        f"An I/O phase of the job coincided with a spike on {name} ({len(hits)} target(s) in all)",
+        {
+            "target": name,
+            "phase_start": begin,
+            "target_peak_rate": peak,
+            "target_median_rate": median,
+            "targets": len(hits),
+        },
+        "The job's I/O burst pushed targets well above their usual load: stagger checkpoints"
+        " across ranks or time, or stripe wider.",
+    )
+
+
+def _energy_io(job: JobData):
+    power = job.prometheus.power if job.prometheus else None
+    if power is None or len(power.times) < 2:
+        return NotEvaluated("energy_waiting_io", "no power series for the job's nodes")
+    bins = _io_bins(job)
+    if not bins:
+        return NotEvaluated("energy_waiting_io", "no Darshan heatmap")
+    total = integral(power)
+    if total <= 0:
+        return None
+    during = 0.0
+    for begin, end, _ in bins:
+        mask = (power.times >= begin) & (power.times <= end)
+        if mask.sum() >= 2:
+            during += float(np.trapezoid(power.values[mask], power.times[mask]))
+    share = during / total
+    if share > ENERGY_IO_SHARE:
+        return Insight(
+            "energy_waiting_io",
+            WARN,
+            f"{share:.0%} of the job's energy ({during / 1000:.1f} kJ) was spent in I/O phases",
+            {"energy_io_joules": during, "energy_joules": total, "share": share},
+            "Overlap I/O with computation (asynchronous I/O, a dedicated I/O rank), or write"
+            " less often.",
+        )
+    return None
+
+
+def _python_hotspot(job: JobData):
+    functions = [f for f in job.functions if f.source == "viztracer" and f.self_time]
+    if not functions:
+        return NotEvaluated("python_hotspot", "no VizTracer trace")
+    traced = sum(f.self_time or 0.0 for f in functions)
+    top = max(functions, key=lambda f: f.self_time or 0.0)
+    share = (top.self_time or 0.0) / traced if traced else 0.0
+    if share > PYTHON_HOTSPOT_SHARE:
+        return Insight(
+            "python_hotspot",
+            HIGH if share > PYTHON_HOTSPOT_HIGH else INFO,
+            f"{top.name} takes {share:.0%} of the traced Python time",
+            {
+                "function": top.name,
+                "self_seconds": top.self_time or 0.0,
+                "calls": top.calls,
+                "share": share,
+            },
+            "Look at this function first: vectorise it, move it out of the loop, or cache its"
+            " result.",
+        )
+    return None
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("stdio_heavy", HIGH, "S01", f"STDIO bytes / all bytes > {INTERFACE_STDIO}", _stdio),
+    Rule("no_mpiio", WARN, "M01", "MPI-IO module absent (info when nprocs = 1)", _no_mpiio),
+    Rule(
+        "small_reads",
+        HIGH,
+        "P05",
+        f"reads < 1 MiB / reads > {SMALL_REQUESTS} and > {SMALL_REQUESTS_ABSOLUTE}",
+        _small("reads", False, "P05"),
+    ),
+    Rule(
+        "small_writes",
+        HIGH,
+        "P06",
+        f"writes < 1 MiB / writes > {SMALL_REQUESTS} and > {SMALL_REQUESTS_ABSOLUTE}",
+        _small("writes", False, "P06"),
+    ),
+    Rule(
+        "misaligned_memory",
+        HIGH,
+        "P07",
+        f"POSIX_MEM_NOT_ALIGNED / requests > {MISALIGNED_REQUESTS}",
+        _misaligned("memory", "P07"),
+    ),
+    Rule(
+        "misaligned_file",
+        HIGH,
+        "P08",
+        f"POSIX_FILE_NOT_ALIGNED / requests > {MISALIGNED_REQUESTS}",
+        _misaligned("file", "P08"),
+    ),
+    Rule(
+        "random_reads",
+        HIGH,
+        "P11",
+        f"(reads - sequential reads) / reads > {RANDOM_OPERATIONS} and > "
+        f"{RANDOM_OPERATIONS_ABSOLUTE}",
+        _random("reads", "P11"),
+    ),
+    Rule(
+        "random_writes",
+        HIGH,
+        "P13",
+        f"(writes - sequential writes) / writes > {RANDOM_OPERATIONS} and > "
+        f"{RANDOM_OPERATIONS_ABSOLUTE}",
+        _random("writes", "P13"),
+    ),
+    Rule(
+        "shared_small_reads",
+        HIGH,
+        "P15",
+        f"on shared files: reads < 1 MiB / reads > {SMALL_REQUESTS} and > "
+        f"{SMALL_REQUESTS_ABSOLUTE}",
+        _small("reads", True, "P15"),
+    ),
+    Rule(
+        "shared_small_writes",
+        HIGH,
+        "P16",
+        f"on shared files: writes < 1 MiB / writes > {SMALL_REQUESTS} and > "
+        f"{SMALL_REQUESTS_ABSOLUTE}",
+        _small("writes", True, "P16"),
+    ),
+    Rule(
+        "metadata_time",
+        HIGH,
+        "P17",
+        f"a file record with POSIX_F_META_TIME > {METADATA_TIME_RANK:.0f} s",
+        _metadata_time,
+    ),
+    Rule(
+        "shared_data_imbalance",
+        HIGH,
+        "P18",
+        f"shared file: |slowest - fastest rank bytes| / bytes > {IMBALANCE_STRAGGLERS}",
+        _shared_imbalance("data", "P18"),
+    ),
+    Rule(
+        "shared_time_imbalance",
+        HIGH,
+        "P19",
+        f"shared file: |slowest - fastest rank time| / I/O time > {IMBALANCE_STRAGGLERS}",
+        _shared_imbalance("time", "P19"),
+    ),
+    Rule(
+        "rank_write_imbalance",
+        HIGH,
+        "P21",
+        f"file written by several ranks: (max - min bytes) / max > {IMBALANCE_SIZE}",
+        _rank_imbalance("write", "P21"),
+    ),
+    Rule(
+        "rank_read_imbalance",
+        HIGH,
+        "P22",
+        f"file read by several ranks: (max - min bytes) / max > {IMBALANCE_SIZE}",
+        _rank_imbalance("read", "P22"),
+    ),
+    Rule(
+        "mpiio_no_collective_reads",
+        HIGH,
+        "M02",
+        f"MPI-IO: no collective read and independent reads > {COLLECTIVE_OPERATIONS_ABSOLUTE}",
+        _collective("reads", "M02"),
+    ),
+    Rule(
+        "mpiio_no_collective_writes",
+        HIGH,
+        "M03",
+        f"MPI-IO: no collective write and independent writes > {COLLECTIVE_OPERATIONS_ABSOLUTE}",
+        _collective("writes", "M03"),
+    ),
+    Rule(
+        "redundant_reads",
+        WARN,
+        None,
+        f"bytes read beyond each file's extent / bytes read > {REDUNDANT_READ_SHARE} and"
+        f" > {REDUNDANT_READ_MIN_BYTES / MIB:.0f} MiB",
+        _redundant_reads,
+    ),
+    Rule(
+        "target_dominated",
+        WARN,
+        None,
+        f"job's share of an OST's bytes (MDT's operations) > {TARGET_SHARE_WARN}"
+        f" (high > {TARGET_SHARE_HIGH}), target moved >= {TARGET_MIN_BYTES / MIB / 1024:.0f}"
+        f" GiB (>= {TARGET_MIN_OPS} ops)",
+        _target_dominated,
+    ),
+    Rule(
+        "io_phase_target_spike",
+        WARN,
+        None,
+        f"a heatmap I/O phase (bin >= {IO_BOUND_BIN:.0%} of the peak bin) where a target the"
+        f" job used ran above {SPIKE_FACTOR:g}x its median rate",
+        _phase_spike,
+    ),
+    Rule(
+        "energy_waiting_io",
+        WARN,
+        None,
+        f"energy in heatmap I/O phases / job energy > {ENERGY_IO_SHARE}",
+        _energy_io,
+    ),
+    Rule(
+        "python_hotspot",
+        INFO,
+        None,
+        f"one VizTracer function's self time / traced time > {PYTHON_HOTSPOT_SHARE}"
+        f" (high > {PYTHON_HOTSPOT_HIGH})",
+        _python_hotspot,
+    ),
+)
+
+_ORDER = {HIGH: 0, WARN: 1, INFO: 2}
+
+
+def diagnose(job: JobData) -> tuple[list[Insight], list[NotEvaluated]]:
+    """Every rule on the job: raised insights (most severe first) and rules not evaluated."""
+    raised, skipped = [], []
+    for rule in RULES:
+        outcome = rule.check(job)
+        if isinstance(outcome, Insight):
+            raised.append(outcome)
+        elif isinstance(outcome, NotEvaluated):
+            skipped.append(NotEvaluated(rule.id, outcome.reason))
+    raised.sort(key=lambda i: _ORDER[i.level])
+    return raised, skipped

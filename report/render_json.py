@@ -1,0 +1,9 @@
+"""``--format json``: the report structure as JSON (schema documented in the README)."""
+
+from __future__ import annotations
+
+import json
+
+
+def render_json(report: dict) -> str:
+    return json.dumps(report, indent=2, allow_nan=False) + "\n"
