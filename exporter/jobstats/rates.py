@@ -5,7 +5,10 @@ the sample). A counter that decreases, or a changed ``start_time``, is a reset: 
 the increment since the reset. A job seen for the first time gets a rate when its
 ``start_time`` allows it (value over the time since start, or since the previous sample if that
 is later); otherwise its earlier value counts as zero at the previous sample. Rates are never
-negative or infinite: without a positive time step there is no rate.
+negative, infinite or NaN: a time step shorter than ``MIN_STEP`` (a few nanoseconds between
+two ``snapshot_time`` values says nothing about a speed) gives no rate, and neither does a
+rate above ``MAX_RATE`` (no Lustre target moves 10^15 bytes or operations a second: such a
+figure can only come from a bad clock).
 """
 
 from __future__ import annotations
@@ -14,6 +17,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from exporter.jobstats.parser import BYTE_OPERATIONS, JobEntry
+
+MIN_STEP = 1e-3  # seconds
+MAX_RATE = 1e15  # per second
 
 
 def rate_counters(entry: JobEntry) -> tuple[tuple[str, ...], tuple[int, ...]]:
@@ -41,8 +47,12 @@ class _TargetState:
     jobs: dict[str, _JobState]
 
 
-def _per_second(values: Iterable[int], seconds: float) -> tuple[float, ...]:
-    return tuple([value / seconds for value in values])
+def _per_second(values: Iterable[int], seconds: float) -> tuple[float, ...] | None:
+    """Each value over ``seconds``; None when the step is too short or a rate implausible."""
+    if not seconds >= MIN_STEP:  # also NaN
+        return None
+    rates = tuple([value / seconds for value in values])
+    return rates if not rates or max(rates) <= MAX_RATE else None
 
 
 _ZEROS: dict[int, tuple[float, ...]] = {}
@@ -137,12 +147,12 @@ class RateTracker:
         )
         if not restarted and new.names == old.names:
             if new.values == old.values:  # an idle job: the common case
-                return _zeros(len(new.values)), seconds <= 0
+                return _zeros(len(new.values)), seconds < MIN_STEP
             increments = [now - before for now, before in zip(new.values, old.values, strict=True)]
             if min(increments) >= 0:
-                if seconds > 0:
-                    return tuple([step / seconds for step in increments]), False
-                return None, True
+                if seconds >= MIN_STEP:
+                    return _per_second(increments, seconds), False
+                return None, True  # too short a step: measured later against the old state
         # A reset: what the entry holds now happened since it restarted.
         since = old.clock if new.start_time is None else max(new.start_time, old.clock)
         if new.clock > since:

@@ -177,15 +177,18 @@ class LctlSource:
         with selectors.DefaultSelector() as selector:
             selector.register(proc.stdout, selectors.EVENT_READ)
             selector.register(proc.stderr, selectors.EVENT_READ)
+            grace_end = float("inf")  # once lctl has exited: what it wrote is all there is
             while selector.get_map():
                 now = time.monotonic()
+                if now >= grace_end:
+                    break
                 if now >= deadline:
                     raise _Failed(
                         f"{name} did not answer within {self.timeout:g} s; killed", "timeout"
                     )
-                if exited(proc):
-                    deadline = min(deadline, now + self.EXIT_GRACE)
-                for key, _ in selector.select(min(deadline - now, 0.1)):
+                if grace_end == float("inf") and exited(proc):
+                    grace_end = now + self.EXIT_GRACE
+                for key, _ in selector.select(min(deadline - now, grace_end - now, 0.1)):
                     data = os.read(key.fd, 1 << 20)
                     if not data:
                         selector.unregister(key.fileobj)
