@@ -1,0 +1,53 @@
+# syntax=docker/dockerfile:1
+# hpcmon images: one wheel of this repository, installed with the extra of each role.
+#
+#   docker build --target exporter -t <registry>/hpcmon-exporter:<version> .   (the default target)
+#   docker build --target post-job -t <registry>/hpcmon-post-job:<version> .
+#
+# The Helm chart (helm/hpcmon) runs these images' entry points with its own arguments:
+# hpcmon-exporter in its DaemonSets, `hpcmon-post-job flush` in its CronJob. Its default image
+# tag is the chart's appVersion, the package version in pyproject.toml.
+# Debian slim, not distroless: the chart's lctl mode runs `chroot` through /bin/sh, and its
+# energy_uj group mode runs find/chgrp/chmod in an init container of the same image.
+ARG PYTHON_IMAGE=python:3.12-slim-bookworm
+
+# --- the wheel -------------------------------------------------------------------------------
+FROM ${PYTHON_IMAGE} AS wheel
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY hpcmon ./hpcmon
+COPY exporter ./exporter
+COPY post_job ./post_job
+COPY dashboards ./dashboards
+COPY report ./report
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
+
+# --- one virtualenv per role, with the role's extra --------------------------------------------
+FROM ${PYTHON_IMAGE} AS exporter-venv
+COPY --from=wheel /wheels /wheels
+RUN python -m venv /opt/hpcmon \
+    && /opt/hpcmon/bin/pip install --no-cache-dir "$(ls /wheels/hpcmon-*.whl)[exporter]"
+
+FROM ${PYTHON_IMAGE} AS post-job-venv
+COPY --from=wheel /wheels /wheels
+RUN python -m venv /opt/hpcmon \
+    && /opt/hpcmon/bin/pip install --no-cache-dir "$(ls /wheels/hpcmon-*.whl)[post-job]"
+
+# --- post-job: hpcmon-post-job (the chart's flush CronJob) ------------------------------------
+FROM ${PYTHON_IMAGE} AS post-job
+COPY --from=post-job-venv /opt/hpcmon /opt/hpcmon
+ENV PATH=/opt/hpcmon/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+# nobody:nogroup; the chart sets the uid that owns the spool.
+USER 65534:65534
+ENTRYPOINT ["hpcmon-post-job"]
+CMD ["--help"]
+
+# --- exporter: hpcmon-exporter (the chart's DaemonSets); the default target -------------------
+FROM ${PYTHON_IMAGE} AS exporter
+COPY --from=exporter-venv /opt/hpcmon /opt/hpcmon
+ENV PATH=/opt/hpcmon/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+# nobody:nogroup; the chart runs uid 0 only where the host's files demand it (energy_uj, lctl).
+USER 65534:65534
+EXPOSE 19325
+ENTRYPOINT ["hpcmon-exporter"]
+CMD ["--web.listen-address=:19325"]
