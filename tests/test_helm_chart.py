@@ -49,9 +49,13 @@ def chart() -> helm.Chart:
     return helm.Chart.load(CHART)
 
 
-def render(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Every object the chart renders with these values, in template order."""
-    manifests = chart().render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+def render(
+    values: dict[str, Any] | None = None, source: helm.Chart | None = None
+) -> list[dict[str, Any]]:
+    """Every object the chart (or ``source``) renders with these values, in template order."""
+    manifests = (source or chart()).render(
+        values, name=RELEASE, namespace=NAMESPACE, is_install=True
+    )
     objects = []
     for template, text in sorted(manifests.items()):
         if template.endswith("NOTES.txt"):
@@ -138,6 +142,13 @@ def test_render_gives_the_expected_objects(case: str) -> None:
     assert len(names) == len(set(names)), "two objects of one kind share a name"
     for obj in rendered(case):
         assert obj["metadata"]["labels"]["app.kubernetes.io/instance"] == RELEASE
+
+
+def test_packaged_chart_renders_the_same_objects(tmp_path: Path) -> None:
+    archive = helm.package(CHART, destination=tmp_path)
+    with helm.Chart.load(archive) as packaged:
+        objects = render(case_values("everything-on-values.yaml"), packaged)
+    assert objects == list(rendered("everything-on-values.yaml"))
 
 
 # --- Kubernetes schemas ------------------------------------------------------------------
@@ -229,8 +240,12 @@ def test_servicemonitor_selects_every_service_and_port(case: str) -> None:
     assert services and all(matches(selector, s["metadata"]["labels"]) for s in services)
     assert monitor["spec"]["namespaceSelector"]["matchNames"] == [NAMESPACE]
     port = monitor["spec"]["endpoints"][0]["port"]
+    job_label = monitor["spec"]["jobLabel"]
     for service in services:
         assert port in [p["name"] for p in service["spec"]["ports"]]
+        role = service["metadata"]["labels"]["app.kubernetes.io/component"]
+        wanted = values["externalHosts" if role == "external" else role]["job"]
+        assert service["metadata"]["labels"][job_label] == wanted
         if "selector" in service["spec"]:  # a DaemonSet's Service
             pods = [
                 ds
