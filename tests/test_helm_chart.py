@@ -30,8 +30,11 @@ from post_job.cli import build_flush_parser
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "hpcmon"
 CRD_DIR = Path(__file__).parent / "data" / "prometheus-operator-crd"
-CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
-CASES = ["default"] + [path.name for path in CI_VALUES]
+# The chart's example values: ci/ (one per part of the chart) and examples/ (the README's).
+EXAMPLES = {
+    p.name: p for p in sorted(CHART.glob("*/*-values.yaml")) if p.parent.name in ("ci", "examples")
+}
+CASES = ["default", *EXAMPLES]
 RELEASE = "hpcmon"
 NAMESPACE = "monitoring"
 ENDPOINTS_DEPRECATED = "v1 Endpoints is deprecated in v1.33+; use discovery.k8s.io/v1 EndpointSlice"
@@ -41,7 +44,7 @@ def case_values(case: str) -> dict[str, Any] | None:
     """The values of a test case: None for the chart's defaults, else a ci/ file."""
     if case == "default":
         return None
-    return yaml.safe_load((CHART / "ci" / case).read_text())
+    return yaml.safe_load(EXAMPLES[case].read_text())
 
 
 @functools.cache
@@ -266,7 +269,9 @@ def test_kube_prometheus_stack_release_label_is_the_default() -> None:
             assert obj["metadata"]["labels"]["release"] == "kube-prometheus-stack"
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if "external" in c or "everything" in c])
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if (case_values(c) or {}).get("externalHosts", {}).get("enabled")]
+)
 def test_external_hosts_become_endpoints_of_a_selectorless_service(case: str) -> None:
     objects = rendered(case)
     values = chart().merge_values(case_values(case))
