@@ -8,6 +8,7 @@ installs that wheel alone, and runs its entry points with the command lines the 
 from __future__ import annotations
 
 import configparser
+import importlib.metadata
 import json
 import os
 import re
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
 
 from tests.test_helm_chart import CHART, case_values, of_kind, render
 
@@ -183,6 +185,19 @@ def test_dockerignore_sends_the_sources_and_nothing_else() -> None:
         assert "__pycache__" not in path
 
 
+def build_requirements_installed() -> bool:
+    """Whether this interpreter already has the build backend pyproject.toml asks for."""
+    for text in PYPROJECT["build-system"]["requires"]:
+        requirement = Requirement(text)
+        try:
+            version = importlib.metadata.version(requirement.name)
+        except importlib.metadata.PackageNotFoundError:
+            return False
+        if not requirement.specifier.contains(version, prereleases=True):
+            return False
+    return True
+
+
 @pytest.fixture(scope="module")
 def installed_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel built as the Dockerfile's wheel stage does, installed alone (no dependencies)."""
@@ -204,8 +219,11 @@ def installed_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(ROOT / path, target)
     wheels = tmp_path_factory.mktemp("wheels")
+    # Without the backend installed here, pip fetches it from the index as `docker build` does.
+    isolation = ["--no-build-isolation"] if build_requirements_installed() else []
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--wheel-dir", str(wheels), "."],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation]
+        + ["--wheel-dir", str(wheels), "."],
         cwd=source,
         check=True,
         timeout=600,
