@@ -147,6 +147,24 @@ def test_render_gives_the_expected_objects(case: str) -> None:
         assert obj["metadata"]["labels"]["app.kubernetes.io/instance"] == RELEASE
 
 
+def test_names_fit_kubernetes_limits_with_the_longest_release_name() -> None:
+    longest = "r" * 53  # Helm's limit for a release name
+    helm.validate_release_name(longest)
+    manifests = chart().render(
+        case_values("everything-on-values.yaml"), name=longest, namespace=NAMESPACE
+    )
+    names = [
+        (doc["kind"], doc["metadata"]["name"])
+        for template, text in manifests.items()
+        if not template.endswith("NOTES.txt")
+        for doc in yaml.safe_load_all(text)
+        if doc
+    ]
+    assert len(names) == len(set(names))
+    for kind, name in names:
+        assert re.fullmatch(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", name), (kind, name)
+
+
 def test_packaged_chart_renders_the_same_objects(tmp_path: Path) -> None:
     archive = helm.package(CHART, destination=tmp_path)
     with helm.Chart.load(archive) as packaged:
@@ -384,9 +402,11 @@ def test_exporter_command_lines_parse_with_the_real_exporter(case: str) -> None:
         for name in enabled:
             collectors[name](options)  # raises ValueError on flags that are wrong together
         role = obj["metadata"]["labels"]["app.kubernetes.io/component"]
-        assert enabled == (["jobstats"] if role == "lustre" else ["geopm", "jobs"]) or (
-            role == "compute" and enabled == ["geopm"]
-        )
+        if role == "lustre":
+            assert enabled == ["jobstats"]
+        else:
+            jobs = chart().merge_values(case_values(case))["compute"]["jobs"]["enabled"]
+            assert enabled == (["geopm", "jobs"] if jobs else ["geopm"])
         paths = [value for key, value in vars(options).items() if key.startswith("path_") and value]
         mounted = [m["mountPath"] for m in container["volumeMounts"]]
         for path in paths:
