@@ -481,6 +481,12 @@ def test_dashboard_configmaps_hold_the_dashboard_files_byte_for_byte() -> None:
         json.loads(text)
 
 
+def test_configmaps_fit_the_kubernetes_size_limit() -> None:
+    for obj in of_kind(rendered("everything-on-values.yaml"), "ConfigMap"):
+        size = sum(len(key) + len(value.encode()) for key, value in obj["data"].items())
+        assert size < 1024 * 1024, f"{obj['metadata']['name']}: {size} bytes"
+
+
 def test_datasource_configmap_holds_the_provisioning_files() -> None:
     (datasources,) = [
         obj
