@@ -100,6 +100,8 @@ def collect(requests: Sequence[SourceRequest], job: JobContext) -> SourceOutput:
         )
         combined.points.extend(output.points)
         combined.errors.extend(f"{request.name}: {error}" for error in output.errors)
+        for warning in output.warnings:
+            log.warning("job=%s %s: %s", job.job_id, request.name, warning)
     return combined
 
 

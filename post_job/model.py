@@ -1,7 +1,8 @@
 """What every post-job source hands to the frame: points plus the problems it met.
 
 A source never raises for bad input: it keeps what is good and names each problem
-(file and reason) in ``errors``, so one bad log never costs the job's other data.
+(file and reason) in ``errors``, so one bad log never costs the job's other data. ``warnings``
+are facts worth a line that do not make the run fail (e.g. a Darshan module flagged partial).
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ class JobContext:
 class SourceOutput:
     points: list[Point] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def extend(self, other: SourceOutput) -> None:
         self.points.extend(other.points)
         self.errors.extend(other.errors)
+        self.warnings.extend(other.warnings)

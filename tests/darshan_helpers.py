@@ -76,3 +76,53 @@ def perf_by_module(path: Path) -> dict[str, dict[str, float]]:
             key, value = line[2:].split(":", 1)
             result[module][key] = float(value.split("#")[0])
     return result
+
+
+def as_parser_prints(log):
+    """A copy of a binary log's records rounded the way darshan-parser prints them (floating
+    point counters with 6 decimals, run time with 4): what its text twin must then equal bit
+    for bit. The hook itself keeps binary logs at full precision."""
+    import copy
+
+    import numpy as np
+
+    def six_decimals(values):
+        values = np.asarray(values, dtype=np.float64)
+        return np.where(np.abs(values) < 4.0e9, np.rint(values * 1e6) / 1e6, values)
+
+    rounded = copy.deepcopy(log)
+    rounded.job.run_time = round(rounded.job.run_time, 4)
+    for table in rounded.modules.values():
+        table.fcounters = {name: six_decimals(col) for name, col in table.fcounters.items()}
+    for record in rounded.heatmaps:
+        record.bin_width = float(six_decimals([record.bin_width])[0])
+    return rounded
+
+
+IO_MODULE_NAMES = ("POSIX", "MPI-IO", "STDIO", "H5F", "H5D", "PNETCDF_FILE", "PNETCDF_VAR",
+                   "DFS", "DAOS")  # fmt: skip
+
+
+def pydarshan_records(path: Path) -> dict[tuple[str, int, int], dict[str, float]]:
+    """(module, rank, record_id) -> {counter: value} through PyDarshan's documented DataFrame
+    API (``records[module].to_df()``), at full precision: independent of post_job's reader."""
+    import darshan
+
+    report = darshan.DarshanReport(str(path), read_all=False)
+    records: dict[tuple[str, int, int], dict[str, float]] = {}
+    for module in report.modules:
+        if module not in IO_MODULE_NAMES:
+            continue
+        report.mod_read_all_records(module, warnings=False)
+        frames = report.records[module].to_df()
+        for kind in ("counters", "fcounters"):
+            frame = frames[kind]
+            names = [c for c in frame.columns if c not in ("rank", "id")]
+            ranks = frame["rank"].tolist()
+            ids = frame["id"].tolist()  # uint64 column: exact Python ints
+            columns = {name: frame[name].tolist() for name in names}
+            for index, (rank, record_id) in enumerate(zip(ranks, ids, strict=True)):
+                target = records.setdefault((module, int(rank), int(record_id)), {})
+                for name in names:
+                    target[name] = columns[name][index]
+    return records

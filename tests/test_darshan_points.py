@@ -44,7 +44,7 @@ def test_record_points_use_spec_names_and_keep_na_reasons_aside():
     allowed = set(RECORD_SIGNALS) | set(POSIX_SIGNALS) | RECORD_EXTRAS
     for point in records:
         assert set(point.fields) <= allowed
-        assert set(point.tags) == {"jobid", "cluster", "module", "rank", "record_id"}
+        assert set(point.tags) == {"jobid", "cluster", "log", "module", "rank", "record_id"}
         for item in filter(None, str(point.fields.get("na_reasons", "")).split(",")):
             name, reason = item.split(":")
             assert reason in NA_REASONS and name not in point.fields
@@ -116,7 +116,7 @@ def test_job_point_fields():
     assert job.fields["nprocs"] == int(header_value(text_path(MPI_IO_TEST), "nprocs"))
     assert job.fields["uid"] == 30146 and job.fields["exe"] == "mpi-io-test"
     assert job.fields["runtime"] == float(header_value(text_path(MPI_IO_TEST), "run time"))
-    assert job.tags == {"jobid": "4242", "cluster": "clusterA"}
+    assert job.tags == {"jobid": "4242", "cluster": "clusterA", "log": MPI_IO_TEST}
 
 
 def test_signals_text_output_preserves_the_header_and_has_five_columns(tmp_path):

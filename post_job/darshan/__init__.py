@@ -6,11 +6,12 @@ string naming the file and the problem, and the job's other logs are still proce
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from itertools import chain
 from pathlib import Path
 
-from post_job.darshan.model import DarshanLog
+from post_job.darshan.model import DarshanLog, header_problems
 from post_job.darshan.points import log_points
 from post_job.darshan.reader_pydarshan import (
     DarshanReadError,
@@ -43,6 +44,33 @@ def _read_texts(paths: Sequence[Path]) -> Iterator[tuple[Path, DarshanLog | Exce
             yield path, exc
 
 
+_SUFFIXES = (".gz", ".txt", ".darshan")
+
+
+def log_labels(paths: Sequence[Path]) -> dict[Path, str]:
+    """The ``log`` tag of each input: its file name without ``.darshan``/``.txt``/``.gz``
+    (Darshan names are unique per process: user, exe, job id, start, hash), so a binary log
+    and its darshan-parser text share the tag; the whole path when two different files of
+    one run would share a name."""
+
+    def stem(path: Path) -> str:
+        name = path.name
+        for suffix in _SUFFIXES:
+            if name.endswith(suffix) and len(name) > len(suffix):
+                name = name[: -len(suffix)]
+        return name
+
+    labels = {path: stem(path) for path in paths}
+    by_label: dict[str, set[Path]] = {}
+    for path, label in labels.items():
+        by_label.setdefault(label, set()).add(path)
+    for same in by_label.values():
+        if len(same) > 1:
+            for path in same:
+                labels[path] = str(path)
+    return labels
+
+
 def collect_darshan(
     logs: Sequence[Path],
     texts: Sequence[Path],
@@ -53,15 +81,35 @@ def collect_darshan(
 ) -> SourceOutput:
     output = SourceOutput()
     computed = []
+    logs, texts = [Path(p) for p in logs], [Path(p) for p in texts]
+    labels = log_labels([*logs, *texts])
     # binary logs are read by one child process for the whole job (see reader_pydarshan)
-    binary = read_darshan_logs_isolated([Path(p) for p in logs])
-    for path, outcome in chain(binary, _read_texts([Path(p) for p in texts])):
+    binary = read_darshan_logs_isolated(logs)
+    for path, outcome in chain(binary, _read_texts(texts)):
         try:
             if isinstance(outcome, Exception):
                 raise outcome
             log = outcome
+            refused, flagged = header_problems(log.job, time.time())
+            if refused:
+                output.errors.append(f"{path}: implausible header, log refused: {refused}")
+                continue
+            if flagged:
+                values = ", ".join(f"{name}={value}" for name, value in flagged.items())
+                output.errors.append(
+                    f"{path}: implausible header value(s) left out of the points: {values}"
+                )
             signals = compute_signals(log)
-            points = log_points(log.job, signals, job.base_tags(), log.names, top_records)
+            tags = {**job.base_tags(), "log": labels[path]}
+            points = log_points(
+                log.job,
+                signals,
+                tags,
+                log.names,
+                top_records,
+                flagged=set(flagged),
+                partial_modules=log.partial_modules,
+            )
         except DarshanReadError as exc:
             output.errors.append(str(exc))
             continue
@@ -75,6 +123,8 @@ def collect_darshan(
             )
         output.errors.extend(log.problems)
         output.errors.extend(signals.problems)
+        output.warnings.extend(log.warnings)
+        output.warnings.extend(signals.warnings)
         output.points.extend(points)
         computed.append((log.job, signals))
     if signals_out is not None:

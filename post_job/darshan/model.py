@@ -36,19 +36,6 @@ SKIPPED_MODULES = (
 )
 HEATMAP = "HEATMAP"
 
-# darshan-parser prints floating point counters with printf("%f"): 6 decimals. Values below
-# this bound are rounded to 1e-6 by both readers so that text and binary agree bit for bit;
-# above it a double already has less than 1e-6 resolution and is kept as is.
-_ROUND_LIMIT = 4.0e9
-
-
-def round_like_parser(values: np.ndarray) -> np.ndarray:
-    """Round floating point counters to the microsecond resolution darshan-parser prints."""
-    values = np.asarray(values, dtype=np.float64)
-    small = np.abs(values) < _ROUND_LIMIT
-    rounded = np.rint(values * 1e6) / 1e6
-    return np.where(small, rounded, values)
-
 
 @dataclass
 class JobInfo:
@@ -59,7 +46,7 @@ class JobInfo:
     nprocs: int = 0
     start_time: int = 0  # epoch seconds
     end_time: int = 0  # epoch seconds
-    run_time: float = 0.0  # seconds, 4 decimals like darshan-parser prints
+    run_time: float = 0.0  # seconds, full precision (darshan-parser text prints 4 decimals)
     exe: str = ""
     log_version: str = ""
     metadata: dict[str, str] = field(default_factory=dict)
@@ -70,6 +57,33 @@ class JobInfo:
         """Base name of the executable (first word of the command line)."""
         first = self.exe.split(" ", 1)[0] if self.exe else ""
         return first.rsplit("/", 1)[-1]
+
+
+# Header sanity bounds: beyond them a value is damage, not a fact about the job.
+EARLIEST_START = 946_684_800  # 2000-01-01, before any Darshan release
+MAX_NPROCS = 100_000_000
+MAX_RUN_TIME = 10 * 365 * 86_400  # ten years, in seconds
+MAX_UID = 2**32 - 1
+
+
+def header_problems(job: JobInfo, now: float) -> tuple[str | None, dict[str, str]]:
+    """Check a log's header: (why the whole log must be refused, or None; {field: value as
+    read} for implausible values that are left out of the points instead of written)."""
+    start, end = job.start_time, job.end_time
+    if start < 0 or start > now + 86_400:
+        return f"start_time {start} is not a plausible epoch time (the points need it)", {}
+    flagged: dict[str, str] = {}
+    if 0 < start < EARLIEST_START:
+        flagged["start_time"] = str(start)
+    if not 1 <= job.nprocs <= MAX_NPROCS:
+        flagged["nprocs"] = f"{job.nprocs:g}" if isinstance(job.nprocs, float) else str(job.nprocs)
+    if not (job.run_time == job.run_time and 0 <= job.run_time <= MAX_RUN_TIME):
+        flagged["runtime"] = f"{job.run_time:g}"
+    if (start and end < start) or end < 0 or end > now + 86_400:
+        flagged["end_time"] = str(end)
+    if job.uid is not None and not 0 <= job.uid <= MAX_UID:
+        flagged["uid"] = str(job.uid)
+    return None, flagged
 
 
 @dataclass
@@ -120,6 +134,18 @@ class DarshanLog:
     names: dict[int, str] = field(default_factory=dict)  # record_id -> file name
     skipped_modules: list[str] = field(default_factory=list)  # in the log, no signal in them
     problems: list[str] = field(default_factory=list)  # "<file>: <problem>" messages
+    # modules Darshan flagged partial (ran out of record or trace memory), DXT_* included:
+    # normal for long jobs, so a warning and a field, not an error
+    partial_modules: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def partial_warning(path: object, module: str) -> str:
+    what = "trace buffer" if module.startswith("DXT_") else "memory for records"
+    return (
+        f"{path}: module {module} is partial (Darshan ran out of {what}; its data covers"
+        " only what was kept); listed in darshan_job's partial_modules"
+    )
 
 
 # Known HEATMAP record ids (hash of "heatmap:<SUBMODULE>"), used when no name is available.

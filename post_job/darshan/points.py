@@ -47,15 +47,21 @@ def log_points(
     base_tags: dict[str, str],
     names: dict[int, str],
     top_records: int,
+    *,
+    flagged: set[str] = frozenset(),  # type: ignore[assignment]
+    partial_modules: list[str] | None = None,
 ) -> list[Point]:
+    """``flagged``: header fields found implausible (left out, listed in ``na_reasons``);
+    ``partial_modules``: every module Darshan flagged partial, DXT_* included."""
     start_ns = seconds_to_ns(job.start_time)
-    points = [
-        Point("darshan_job", dict(base_tags), _job_fields(job, signals), start_ns),
-    ]
+    job_fields = _job_fields(job, signals, flagged, partial_modules)
+    points = [Point("darshan_job", dict(base_tags), job_fields, start_ns)]
     for module in signals.modules:
         fields = _fields(module.values)
         fields["records"] = module.records
         fields["partial"] = module.partial
+        if module.inconsistent:
+            fields["inconsistent"] = module.inconsistent
         points.append(
             Point("darshan_module", {**base_tags, "module": module.module}, fields, start_ns)
         )
@@ -93,7 +99,9 @@ def log_points(
     return points
 
 
-def _job_fields(job: JobInfo, signals: LogSignals) -> dict[str, int | float | str]:
+def _job_fields(
+    job: JobInfo, signals: LogSignals, flagged: set[str], partial_modules: list[str] | None
+) -> dict[str, int | float | str]:
     fields = _fields(signals.job)
     fields.update(
         {
@@ -107,11 +115,21 @@ def _job_fields(job: JobInfo, signals: LogSignals) -> dict[str, int | float | st
             "end_time": int(job.end_time),
             "modules": ",".join(m.module for m in signals.modules),
             "counted_modules": ",".join(signals.counted_modules),
-            "partial_modules": ",".join(m.module for m in signals.modules if m.partial),
+            "inconsistent_modules": ",".join(m.module for m in signals.modules if m.inconsistent),
+            "partial_modules": ",".join(
+                partial_modules
+                if partial_modules is not None
+                else [m.module for m in signals.modules if m.partial]
+            ),
         }
     )
     if job.uid is not None:
         fields["uid"] = int(job.uid)
+    for name in sorted(flagged):
+        fields.pop(name, None)
+        reasons = fields.get("na_reasons")
+        entry = f"{name}:implausible_header"
+        fields["na_reasons"] = f"{reasons},{entry}" if reasons else entry
     if "lib_ver" in job.metadata:
         fields["lib_ver"] = job.metadata["lib_ver"]
     return fields

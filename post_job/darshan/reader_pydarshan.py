@@ -34,7 +34,7 @@ from post_job.darshan.model import (
     JobInfo,
     ModuleTable,
     is_record_id_counter,
-    round_like_parser,
+    partial_warning,
 )
 
 # A Darshan log starts with its format version string, e.g. b"3.41\0\0\0\0".
@@ -309,10 +309,8 @@ def _read_report(path: Path, report) -> _PackedLog:
             log.problems.append(f"{path}: cannot read the record name table ({exc})")
     for module, info in module_info.items():
         if info.get("partial_flag"):
-            log.problems.append(
-                f"{path}: module {module} is partial (Darshan ran out of memory for records;"
-                " its signals cover only the records kept)"
-            )
+            log.partial_modules.append(module)
+            log.warnings.append(partial_warning(path, module))
         if module in IO_MODULES:
             table = _read_module(path, report, module, log.problems)
             if table is not None:
@@ -336,7 +334,7 @@ def _job_info(report) -> JobInfo:
         nprocs=int(meta.get("nprocs", 0)),
         start_time=int(meta.get("start_time_sec", 0)),
         end_time=int(meta.get("end_time_sec", 0)),
-        run_time=round(float(meta.get("run_time", 0.0)), 4),
+        run_time=float(meta.get("run_time", 0.0)),
         exe=str(report.metadata.get("exe", "")),
         log_version=str(meta.get("log_ver", "")),
         metadata={str(k): str(v) for k, v in (meta.get("metadata") or {}).items()},
@@ -360,7 +358,7 @@ def _read_module(path: Path, report, module: str, problems: list[str]) -> _Packe
     kept = [i for i, name in enumerate(counter_names) if not is_record_id_counter(name)]
     if n:
         ints = np.stack([rec["counters"] for rec in records])[:, kept].astype(np.int64)
-        floats = round_like_parser(np.stack([rec["fcounters"] for rec in records]))
+        floats = np.stack([rec["fcounters"] for rec in records]).astype(np.float64)
     else:
         ints = np.zeros((0, len(kept)), dtype=np.int64)
         floats = np.zeros((0, len(fcounter_names)), dtype=np.float64)
@@ -378,7 +376,7 @@ def _read_heatmaps(path: Path, report, names: dict[int, str], problems) -> list[
     ids_by_name = {name: rid for rid, name in names.items() if name.startswith("heatmap:")}
     packed: list[_PackedHeatmap] = []
     for submodule, heatmap in report.heatmaps.items():
-        width = float(round_like_parser(np.array([heatmap._bin_width_seconds or 0.0]))[0])
+        width = float(heatmap._bin_width_seconds or 0.0)
         known_id = next((rid for rid, name in HEATMAP_IDS.items() if name == submodule), 0)
         record_id = int(ids_by_name.get(f"heatmap:{submodule}", known_id))
         by_length: dict[int, list[tuple[int, np.ndarray, np.ndarray]]] = {}

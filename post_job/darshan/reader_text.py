@@ -27,7 +27,7 @@ from post_job.darshan.model import (
     ModuleTable,
     heatmap_submodule,
     is_record_id_counter,
-    round_like_parser,
+    partial_warning,
 )
 from post_job.darshan.reader_pydarshan import DarshanReadError
 from post_job.files import InputError, read_input
@@ -74,10 +74,8 @@ def read_parser_text(path: str | Path) -> DarshanLog:
         log.problems.append(f"{path}: no '# start_time:' header line; points are stamped 0")
     partial = _partial_modules(data)
     for module in sorted(partial):
-        log.problems.append(
-            f"{path}: module {module} is partial (Darshan ran out of memory for records;"
-            " its signals cover only the records kept)"
-        )
+        log.partial_modules.append(module)
+        log.warnings.append(partial_warning(path, module))
     rows = _fast_rows(_without_skipped_modules(data, job.header_lines))
     if rows is None and not _listed_modules(job.header_lines):
         rows = _fast_rows(_without_skipped_modules(data, list(SKIPPED_MODULES)))
@@ -138,7 +136,7 @@ def _parse_header(path: Path, data: bytes) -> JobInfo:
             elif key == "nprocs":
                 job.nprocs = int(value)
             elif key == "run time":
-                job.run_time = round(float(value), 4)
+                job.run_time = float(value)
             elif key == "metadata":
                 name, _, meta_value = value.partition(" = ")
                 job.metadata[name.strip()] = meta_value.strip()
@@ -377,7 +375,7 @@ def _module_table(path, module: str, rows: _Rows, index: np.ndarray, problems) -
         if is_record_id_counter(name):
             continue
         if "_F_" in name:
-            fcounters[name] = round_like_parser(matrix[:, column])
+            fcounters[name] = matrix[:, column].copy()
             continue
         values = matrix[:, column]
         out_of_range = np.abs(values) >= 2.0**63
@@ -410,7 +408,6 @@ def _heatmap_records(path, rows: _Rows, index: np.ndarray, problems) -> list[Hea
         bins[match.group(1)][record][int(match.group(2))] = int(value)
     if unknown:
         problems.append(f"{path}: unknown HEATMAP counters ignored: {sorted(unknown)[:5]}")
-    widths = round_like_parser(widths)
     records = []
     for record in range(count):
         reads, writes = bins["READ"][record], bins["WRITE"][record]

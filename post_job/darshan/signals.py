@@ -30,7 +30,11 @@ NA_REASONS = (
     "not_monitored",
     "not_available",
     "no_bin_width",
+    "invalid_time",
 )
+# A timer below 0 (other than Darshan's -1, "not monitored"), not finite, or beyond this many
+# seconds is garbage from the runtime (seen: -222 s, -2.79e30 s, -1e-304 s): NA(invalid_time).
+MAX_TIMER_SECONDS = 1.0e10
 _CODE = {reason: number for number, reason in enumerate(NA_REASONS, start=1)}
 
 
@@ -204,6 +208,7 @@ class ModuleSignals:
     records: int
     partial: bool
     values: dict[str, Value]
+    inconsistent: str = ""  # what is wrong with its counters ("" when nothing)
 
 
 @dataclass
@@ -252,6 +257,7 @@ class LogSignals:
     heatmap_groups: list[HeatmapRankSignals] = field(default_factory=list)  # per rank
     heatmap_totals: list[HeatmapSignals] = field(default_factory=list)  # per job
     problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def heatmaps(self) -> list[HeatmapSignals]:
@@ -274,7 +280,16 @@ def compute_signals(log: DarshanLog) -> LogSignals:
     for name, table in tables.items():
         layout = LAYOUTS[name]
         module_values, sums = _module_signals(table, layout)
-        result.modules.append(ModuleSignals(name, len(table), table.partial, module_values))
+        inconsistent = inconsistencies(table, layout)
+        result.modules.append(
+            ModuleSignals(name, len(table), table.partial, module_values, inconsistent)
+        )
+        if inconsistent:
+            counted_note = " (counted in the job totals)" if name in counted else ""
+            result.warnings.append(
+                f"{log.source}: module {name} has inconsistent counters: {inconsistent}"
+                f"{counted_note}; its module point has inconsistent=..."
+            )
         result.records.append(_record_signals(table, layout))
         if name in counted:
             for key in JOB_SIGNALS:
@@ -282,6 +297,28 @@ def compute_signals(log: DarshanLog) -> LogSignals:
     result.job = dict(totals)
     result.heatmap_groups, result.heatmap_totals = _heatmap_signals(log, result.problems)
     return result
+
+
+def inconsistencies(table: ModuleTable, layout: Layout) -> str:
+    """What contradicts itself in a module's counters, as ``check:records,...`` ("" when
+    nothing): bytes moved with no operation counted, or a count below -1 (garbage)."""
+    found = []
+    pairs = (
+        ("read", layout.bytes_read, layout.reads),
+        ("write", layout.bytes_written, layout.writes),
+    )
+    for direction, bytes_name, op_names in pairs:
+        moved, ops = _get(table, bytes_name), _get(table, op_names)
+        if moved is None or ops is None:
+            continue
+        bad = int(((moved.values > 0) & (ops.values == 0)).sum())
+        if bad:
+            found.append(f"{direction}_bytes_without_{direction}s:{bad}")
+    for name in (*layout.reads, *layout.writes, layout.bytes_read, layout.bytes_written):
+        column = table.column(name) if name else None
+        if column is not None and (column < -1).any():
+            found.append(f"{name.lower()}_below_-1:{int((column < -1).sum())}")
+    return ",".join(found)
 
 
 def _canonical(table: ModuleTable) -> ModuleTable:
@@ -301,11 +338,25 @@ def _canonical(table: ModuleTable) -> ModuleTable:
 
 
 class _Input:
-    """A (possibly summed) counter column and where it was not monitored (-1)."""
+    """A (possibly summed) counter column, where it was not monitored (-1), and where a timer
+    in it holds garbage (negative, not finite, absurdly large)."""
 
-    def __init__(self, values: np.ndarray, unmonitored: np.ndarray) -> None:
+    def __init__(
+        self, values: np.ndarray, unmonitored: np.ndarray, invalid: np.ndarray | None = None
+    ) -> None:
         self.values = values
         self.unmonitored = unmonitored
+        self.invalid = np.zeros(len(values), dtype=bool) if invalid is None else invalid
+
+
+def is_timer(name: str) -> bool:
+    return "_F_" in name and name.endswith("_TIME") and "TIMESTAMP" not in name
+
+
+def invalid_timer(column: np.ndarray) -> np.ndarray:
+    """Rows of a timer column that hold garbage (Darshan's -1 is "not monitored", not this)."""
+    with np.errstate(invalid="ignore"):
+        return ~np.isfinite(column) | ((column < 0) & (column != -1)) | (column > MAX_TIMER_SECONDS)
 
 
 def _get(table: ModuleTable, names: tuple[str, ...] | str | None) -> _Input | None:
@@ -318,11 +369,16 @@ def _get(table: ModuleTable, names: tuple[str, ...] | str | None) -> _Input | No
     if any(column is None for column in columns):
         return None
     unmonitored = np.zeros(len(table), dtype=bool)
+    invalid = np.zeros(len(table), dtype=bool)
     total = np.zeros(len(table), dtype=columns[0].dtype)
-    for column in columns:
+    for name, column in zip(names, columns, strict=True):
         unmonitored |= column == -1
+        if is_timer(name):
+            bad = invalid_timer(column)
+            invalid |= bad
+            column = np.where(bad, 0.0, column)
         total = total + column
-    return _Input(total, unmonitored)
+    return _Input(total, unmonitored, invalid)
 
 
 def _not_available(rows: int, integer: bool = False) -> SignalColumn:
@@ -346,6 +402,7 @@ def _ratio(
     positive = den > 0
     values = np.divide(num, den, out=np.zeros_like(num), where=positive)
     codes = np.where(positive, 0, _CODE[zero_reason]).astype(np.uint8)
+    codes[numerator.invalid | denominator.invalid] = _CODE["invalid_time"]
     codes[numerator.unmonitored | denominator.unmonitored] = _CODE["not_monitored"]
     return SignalColumn(values, codes)
 
@@ -356,6 +413,7 @@ def _plus(*inputs: _Input | None) -> _Input | None:
     return _Input(
         sum(item.values for item in inputs),  # type: ignore[union-attr]
         np.logical_or.reduce([item.unmonitored for item in inputs]),  # type: ignore[union-attr]
+        np.logical_or.reduce([item.invalid for item in inputs]),  # type: ignore[union-attr]
     )
 
 
@@ -381,7 +439,7 @@ def _record_signals(table: ModuleTable, layout: Layout) -> RecordSignals:
     io_time = sum(
         (np.clip(item.values, 0, None) if item is not None else zeros)
         for item in (read_time, write_time, _get(table, layout.meta_time))
-    )
+    )  # garbage timers were read as 0 by _get
     return RecordSignals(
         module=table.module,
         record_ids=table.record_ids,
@@ -548,6 +606,8 @@ def _agg_time_by_slowest(table: ModuleTable, layout: Layout) -> float | NA:
     used = [*timers, slowest[shared]] if slowest is not None else timers
     if any((column == -1).any() for column in used):
         return NA("not_monitored")
+    if any(invalid_timer(column).any() for column in used):
+        return NA("invalid_time")
     per_record = np.zeros(len(table))
     for timer in timers:
         per_record = per_record + timer

@@ -28,7 +28,7 @@ def format_value(value: Value) -> str:
         return str(value)
     if isinstance(value, int):
         return str(value)
-    return repr(float(value))
+    return repr(float(value) + 0.0)  # + 0.0: never "-0.0"
 
 
 def signal_lines(job: JobInfo, signals: LogSignals) -> Iterator[str]:
