@@ -37,31 +37,17 @@ def _figure():
 
 
 def heatmap_timeline(job: JobData) -> str | None:
+    """Bytes moved per heatmap bin, one step line per submodule and direction, from each
+    log's own start (a job's logs start together; the bins of two runs are overlaid)."""
     if job.darshan is None or not job.darshan.heatmaps:
         return None
     figure, axes = _figure()
-    origin = min(h.start for h in job.darshan.heatmaps)
     for heatmap in job.darshan.heatmaps:
-        t = heatmap.start - origin + np.arange(len(heatmap.read_bytes)) * heatmap.width
-        width = heatmap.width
-        axes.bar(
-            t,
-            heatmap.read_bytes / MIB,
-            width=width,
-            align="edge",
-            label=f"{heatmap.module} read",
-            alpha=0.7,
-        )
-        axes.bar(
-            t,
-            heatmap.write_bytes / MIB,
-            width=width,
-            align="edge",
-            bottom=heatmap.read_bytes / MIB,
-            label=f"{heatmap.module} write",
-            alpha=0.7,
-        )
-    axes.set_xlabel("seconds since job start")
+        t = np.arange(len(heatmap.read_bytes) + 1) * heatmap.width
+        for label, values in (("read", heatmap.read_bytes), ("write", heatmap.write_bytes)):
+            if values.any():
+                axes.stairs(values / MIB, t, label=f"{heatmap.module} {label}", linewidth=1.2)
+    axes.set_xlabel("seconds since the log's start")
     axes.set_ylabel("MiB per bin")
     axes.legend(loc="upper right", fontsize=7, ncol=3)
     return _svg(figure)
@@ -79,7 +65,7 @@ def bytes_per_rank(per_rank: dict[int, float]) -> str | None:
     else:  # one filled step line: a thousand bars cost more than they show
         axes.fill_between(ranks[order], values[order], step="mid", alpha=0.7)
     axes.set_xlabel("rank")
-    axes.set_ylabel("MiB (own files)")
+    axes.set_ylabel("MiB (files of one rank)")
     return _svg(figure)
 
 

@@ -461,6 +461,18 @@ def _io_bins(job: JobData) -> list[tuple[float, float, float]]:
     return out
 
 
+def _overlapping_bins(job: JobData, rule: str):
+    """I/O-phase bins inside the Prometheus window, or why the rule cannot look at them."""
+    bins = _io_bins(job)
+    if not bins:
+        return NotEvaluated(rule, "no Darshan heatmap")
+    if job.window is not None:
+        bins = [b for b in bins if b[1] > job.window[0] and b[0] < job.window[1]]
+        if not bins:
+            return NotEvaluated(rule, "the Darshan heatmap lies outside the Prometheus window")
+    return bins
+
+
 def _target_dominated(job: JobData):
     if job.prometheus is None:
         return NotEvaluated("target_dominated", "no Prometheus data")
@@ -494,9 +506,9 @@ def _target_dominated(job: JobData):
 def _phase_spike(job: JobData):
     if job.prometheus is None or job.darshan is None:
         return NotEvaluated("io_phase_target_spike", "needs Darshan heatmap and Prometheus")
-    bins = _io_bins(job)
-    if not bins:
-        return NotEvaluated("io_phase_target_spike", "no Darshan heatmap")
+    bins = _overlapping_bins(job, "io_phase_target_spike")
+    if isinstance(bins, NotEvaluated):
+        return bins
     hits = []
     for target in job.prometheus.targets:
         rate = target.all_rate
@@ -536,17 +548,19 @@ def _energy_io(job: JobData):
     power = job.prometheus.power if job.prometheus else None
     if power is None or len(power.times) < 2:
         return NotEvaluated("energy_waiting_io", "no power series for the job's nodes")
-    bins = _io_bins(job)
-    if not bins:
-        return NotEvaluated("energy_waiting_io", "no Darshan heatmap")
+    bins = _overlapping_bins(job, "energy_waiting_io")
+    if isinstance(bins, NotEvaluated):
+        return bins
     total = integral(power)
     if total <= 0:
         return None
     during = 0.0
+    first, last = power.times[0], power.times[-1]
     for begin, end, _ in bins:
-        mask = (power.times >= begin) & (power.times <= end)
-        if mask.sum() >= 2:
-            during += float(np.trapezoid(power.values[mask], power.times[mask]))
+        begin, end = max(begin, first), min(end, last)
+        if end > begin:  # power interpolated between samples: bins need not match the step
+            grid = np.linspace(begin, end, 32)
+            during += float(np.trapezoid(np.interp(grid, power.times, power.values), grid))
     share = during / total
     if share > ENERGY_IO_SHARE:
         return Insight(
