@@ -1,0 +1,206 @@
+"""The chart's pods, played on a node made of files: the rendered DaemonSets run for real.
+
+Kubernetes cannot run here, so each test lays out a node's host paths in a temporary folder
+(Lustre job_stats under /proc, RAPL zones under /sys as the kernel links them, Slurm's cgroup
+tree, a prolog's job directory), resolves the rendered pod's hostPath volumes and mount paths
+onto it, and runs the exporter with the rendered arguments (the listen address aside); the
+group mode's init container runs its own shell command on the same files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.geopm.model import BackendError
+from exporter.geopm.powercap import PowercapBackend
+from hpcmon.servers import http_get, run_exporter
+from tests.test_helm_chart import case_values, of_kind, render
+
+DATA = Path(__file__).parent / "data"
+JOB_STATS = (
+    DATA / "jobstats" / "HewlettPackard_lustre_exporter__proc_fs_lustre_obdfilter_"
+    "lustrefs-OST0000_job_stats__lustre2.10.1.txt"
+)
+PROC_STATUS = DATA / "geopm" / "node_jobs" / "proc_pid_status_uid1000.txt"
+ZONES = {"0": ("package-0", 5_000_000), "1": ("package-1", 7_000_000)}
+
+
+@pytest.fixture
+def node() -> Iterator[Path]:
+    """A node's host paths; traversable by an unprivileged uid (pytest's tmp_path is not)."""
+    root = Path(tempfile.mkdtemp(prefix="hpcmon-node-"))
+    root.chmod(0o755)
+    ost = root / "proc/fs/lustre/obdfilter/lustrefs-OST0000"
+    ost.mkdir(parents=True)
+    shutil.copy(JOB_STATS, ost / "job_stats")
+    (ost / "job_stats").chmod(0o644)  # as Lustre creates it (lprocfs_job_stats_init)
+    (root / "proc/1234").mkdir()
+    shutil.copy(PROC_STATUS, root / "proc/1234/status")
+    job = root / "sys/fs/cgroup/system.slice/slurmstepd.scope/job_4242"
+    job.mkdir(parents=True)
+    (job / "cgroup.procs").write_text("1234\n")
+    (root / "sys/class/powercap").mkdir(parents=True)
+    for zone, (name, energy) in ZONES.items():
+        path = root / f"sys/devices/virtual/powercap/intel-rapl/intel-rapl:{zone}"
+        path.mkdir(parents=True)
+        (path / "name").write_text(name + "\n")
+        (path / "max_energy_range_uj").write_text("262143328850\n")
+        (path / "energy_uj").write_text(f"{energy}\n")
+        (path / "energy_uj").chmod(0o400)  # root only, as since Linux 5.10
+        (root / f"sys/class/powercap/intel-rapl:{zone}").symlink_to(path)
+    for directory in root.rglob("*"):
+        if directory.is_dir() and not directory.is_symlink():
+            directory.chmod(0o755)
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def daemonset(case: str, role: str) -> dict[str, Any]:
+    (found,) = [
+        obj
+        for obj in of_kind(render(case_values(case)), "DaemonSet")
+        if obj["metadata"]["labels"]["app.kubernetes.io/component"] == role
+    ]
+    return found["spec"]["template"]["spec"]
+
+
+def host_mounts(pod: dict[str, Any], container: dict[str, Any], node: Path) -> dict[str, Path]:
+    """Mount path -> where its hostPath volume lies on the node, as the kubelet would check it."""
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    mounts = {}
+    for mount in container.get("volumeMounts", []):
+        host_path = volumes[mount["name"]].get("hostPath")
+        if host_path is None:
+            continue
+        on_node = node / host_path["path"].lstrip("/")
+        if host_path.get("type") == "DirectoryOrCreate":
+            on_node.mkdir(parents=True, exist_ok=True)
+        assert on_node.is_dir(), f"hostPath {host_path['path']} is not a directory on the node"
+        mounts[mount["mountPath"]] = on_node
+    return mounts
+
+
+def on_node(text: str, mounts: dict[str, Path]) -> str:
+    """A path in the container, or a flag holding one, as the same file on the node."""
+    flag, equals, value = text.partition("=")
+    path = value if equals else flag
+    for mount_path in sorted(mounts, key=len, reverse=True):
+        if path == mount_path or path.startswith(mount_path + "/"):
+            path = str(mounts[mount_path]) + path[len(mount_path) :]
+            break
+    return f"{flag}={path}" if equals else path
+
+
+def exporter_args(pod: dict[str, Any], node: Path) -> list[str]:
+    (container,) = pod["containers"]
+    mounts = host_mounts(pod, container, node)
+    return [
+        on_node(arg, mounts)
+        for arg in container["args"]
+        if not arg.startswith("--web.listen-address=")  # a free loopback port instead
+    ]
+
+
+def scrape_until(address: str, ready, timeout: float = 30.0) -> dict[tuple, float]:
+    """{(name, sorted labels): value} of the first scrape for which ``ready`` holds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status, body = http_get(f"http://{address}/metrics")
+        samples = {}
+        if status == 200:
+            for family in text_string_to_metric_families(body.decode()):
+                for sample in family.samples:
+                    samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+            if ready(samples):
+                return samples
+        assert time.monotonic() < deadline, f"no ready scrape within {timeout} s"
+        time.sleep(0.2)
+
+
+def value(samples: dict[tuple, float], name: str, **labels: str) -> float | None:
+    for (sample_name, sample_labels), sample_value in samples.items():
+        if sample_name == name and labels.items() <= dict(sample_labels).items():
+            return sample_value
+    return None
+
+
+def test_lustre_pod_exports_the_nodes_job_stats(node: Path, tmp_path: Path) -> None:
+    pod = daemonset("lustre-servers-values.yaml", "lustre")
+    assert pod["securityContext"]["runAsUser"] != 0
+    with run_exporter(exporter_args(pod, node), tmp_path) as exporter:
+        samples = scrape_until(
+            exporter.address,
+            lambda s: value(s, "lustre_jobstats_up", target="lustrefs-OST0000") == 1,
+        )
+    assert (
+        value(samples, "lustre_job_write_bytes_total", target="lustrefs-OST0000", jobid="24")
+        == 215147593728
+    )
+
+
+def test_compute_pod_exports_the_nodes_power_and_jobs(node: Path, tmp_path: Path) -> None:
+    pod = daemonset("default", "compute")
+    assert pod["securityContext"]["runAsUser"] == 0  # reads the 0400 energy_uj as their owner
+    with run_exporter(exporter_args(pod, node), tmp_path) as exporter:
+        samples = scrape_until(
+            exporter.address,
+            lambda s: (
+                value(s, "geopm_up", source="powercap") == 1
+                and value(s, "hpc_node_job_info", jobid="4242") == 1
+            ),
+        )
+    assert value(samples, "hpc_node_job_info", jobid="4242", uid="1000") == 1
+    total = value(samples, "geopm_cpu_energy_joules_total", domain_index="0")
+    assert total is not None and total >= ZONES["0"][1] / 1e6
+
+
+@contextlib.contextmanager
+def as_pod_user(context: dict[str, Any]) -> Iterator[None]:
+    """This process with the pod's uid, gid and supplementary groups (tests run as root)."""
+    groups = os.getgroups()
+    os.setgroups(context.get("supplementalGroups", []))
+    os.setegid(context["runAsGroup"])
+    os.seteuid(context["runAsUser"])
+    try:
+        yield
+    finally:
+        os.seteuid(0)
+        os.setegid(0)
+        os.setgroups(groups)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the init container's chgrp")
+def test_group_mode_init_container_lets_the_exporter_read_energy(node: Path) -> None:
+    pod = daemonset("compute-nodes-values.yaml", "compute")
+    sysfs = node / "sys"
+    with as_pod_user(pod["securityContext"]), pytest.raises(BackendError, match="permission"):
+        PowercapBackend(sysfs).read()  # the pod's user alone cannot read energy_uj
+
+    (init,) = pod["initContainers"]
+    mounts = host_mounts(pod, init, node)
+    shell, option, script = init["command"]
+    for mount_path, path in mounts.items():
+        script = script.replace(mount_path, str(path))
+    subprocess.run([shell, option, script], check=True, timeout=60)
+
+    group = pod["securityContext"]["supplementalGroups"][0]
+    for zone in ZONES:
+        energy = sysfs / f"class/powercap/intel-rapl:{zone}/energy_uj"
+        assert (energy.stat().st_gid, energy.stat().st_mode & 0o777) == (group, 0o440)
+    with as_pod_user(pod["securityContext"]):
+        after = PowercapBackend(sysfs).read()
+    assert after.errors == []
+    assert len(after.samples) == len(ZONES)
