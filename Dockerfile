@@ -9,7 +9,8 @@
 # tag is the chart's appVersion, the package version in pyproject.toml.
 # Debian slim, not distroless: the chart's lctl mode runs `chroot` through /bin/sh, and its
 # energy_uj group mode runs find/chgrp/chmod in an init container of the same image.
-ARG PYTHON_IMAGE=python:3.12-slim-bookworm
+# The Python the test suite runs on (pyproject: requires-python >= 3.11).
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 # --- the wheel -------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE} AS wheel
@@ -35,6 +36,9 @@ RUN python -m venv /opt/hpcmon \
 
 # --- post-job: hpcmon-post-job (the chart's flush CronJob) ------------------------------------
 FROM ${PYTHON_IMAGE} AS post-job
+LABEL org.opencontainers.image.title="hpcmon-post-job" \
+      org.opencontainers.image.description="hpcmon post-job hook: Darshan, Recorder, VizTracer, GEOPM reports -> InfluxDB" \
+      org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=post-job-venv /opt/hpcmon /opt/hpcmon
 ENV PATH=/opt/hpcmon/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 # nobody:nogroup; the chart sets the uid that owns the spool.
@@ -44,6 +48,9 @@ CMD ["--help"]
 
 # --- exporter: hpcmon-exporter (the chart's DaemonSets); the default target -------------------
 FROM ${PYTHON_IMAGE} AS exporter
+LABEL org.opencontainers.image.title="hpcmon-exporter" \
+      org.opencontainers.image.description="hpcmon Prometheus exporter: Lustre jobstats, GEOPM/RAPL power, Slurm jobs" \
+      org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=exporter-venv /opt/hpcmon /opt/hpcmon
 ENV PATH=/opt/hpcmon/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 # nobody:nogroup; the chart runs uid 0 only where the host's files demand it (energy_uj, lctl).
