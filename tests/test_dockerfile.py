@@ -94,6 +94,9 @@ def test_targets_run_the_project_entry_points_as_non_root() -> None:
         assert entry_point in scripts
         user = only(stage, "USER")
         assert re.fullmatch(r"[1-9]\d*:[1-9]\d*", user), f"{target}: USER {user} is not numeric"
+        label = only(stage, "LABEL")
+        assert f'org.opencontainers.image.title="hpcmon-{target}"' in label
+        assert f'org.opencontainers.image.licenses="{PYPROJECT["project"]["license"]}"' in label
     assert only(found["exporter"], "EXPOSE") == "19325"
 
 
