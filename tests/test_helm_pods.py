@@ -19,13 +19,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import bcrypt
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.geopm.model import BackendError
 from exporter.geopm.powercap import PowercapBackend
 from hpcmon.servers import http_get, run_exporter
-from tests.test_helm_chart import case_values, of_kind, render
+from tests.test_helm_chart import case_values, chart, of_kind, render
 
 DATA = Path(__file__).parent / "data"
 JOB_STATS = (
@@ -77,12 +78,22 @@ def daemonset(case: str, role: str) -> dict[str, Any]:
     return found["spec"]["template"]["spec"]
 
 
-def host_mounts(pod: dict[str, Any], container: dict[str, Any], node: Path) -> dict[str, Path]:
-    """Mount path -> where its hostPath volume lies on the node, as the kubelet would check it."""
+def host_mounts(
+    pod: dict[str, Any],
+    container: dict[str, Any],
+    node: Path,
+    secrets: dict[str, Path] | None = None,
+) -> dict[str, Path]:
+    """Mount path -> where its hostPath volume lies on the node (checked as the kubelet does),
+    or the folder standing for its Secret volume in ``secrets``."""
     volumes = {volume["name"]: volume for volume in pod["volumes"]}
     mounts = {}
     for mount in container.get("volumeMounts", []):
-        host_path = volumes[mount["name"]].get("hostPath")
+        volume = volumes[mount["name"]]
+        if "secret" in volume:
+            mounts[mount["mountPath"]] = (secrets or {})[volume["secret"]["secretName"]]
+            continue
+        host_path = volume.get("hostPath")
         if host_path is None:
             continue
         on_node = node / host_path["path"].lstrip("/")
@@ -104,9 +115,11 @@ def on_node(text: str, mounts: dict[str, Path]) -> str:
     return f"{flag}={path}" if equals else path
 
 
-def exporter_args(pod: dict[str, Any], node: Path) -> list[str]:
+def exporter_args(
+    pod: dict[str, Any], node: Path, secrets: dict[str, Path] | None = None
+) -> list[str]:
     (container,) = pod["containers"]
-    mounts = host_mounts(pod, container, node)
+    mounts = host_mounts(pod, container, node, secrets)
     return [
         on_node(arg, mounts)
         for arg in container["args"]
@@ -204,3 +217,88 @@ def test_group_mode_init_container_lets_the_exporter_read_energy(node: Path) -> 
         after = PowercapBackend(sysfs).read()
     assert after.errors == []
     assert len(after.samples) == len(ZONES)
+
+
+def scrape_config(endpoint: dict[str, Any], job: str, target: str, node_name: str, **auth) -> dict:
+    """What prometheus-operator makes of a ServiceMonitor endpoint, for one discovered pod:
+    scheme, path, TLS, basic auth and the relabelings, with the pod's metadata as labels."""
+    relabelings = [
+        {
+            "source_labels": rule["sourceLabels"],
+            "regex": rule["regex"],
+            "target_label": rule["targetLabel"],
+            "replacement": rule["replacement"],
+            "action": rule["action"],
+        }
+        for rule in endpoint["relabelings"]
+    ]
+    config = {
+        "job_name": job,
+        "scheme": endpoint["scheme"],
+        "metrics_path": endpoint["path"],
+        "static_configs": [
+            {"targets": [target], "labels": {"__meta_kubernetes_pod_node_name": node_name}}
+        ],
+        "relabel_configs": relabelings,
+    }
+    if "tlsConfig" in endpoint:
+        config["tls_config"] = {
+            "ca_file": auth["ca_file"],
+            "server_name": endpoint["tlsConfig"]["serverName"],
+            "insecure_skip_verify": endpoint["tlsConfig"]["insecureSkipVerify"],
+        }
+    if "basicAuth" in endpoint:
+        config["basic_auth"] = {"username": auth["username"], "password": auth["password"]}
+    return config
+
+
+@pytest.mark.integration
+def test_prometheus_scrapes_the_tls_pod_the_way_the_servicemonitor_says(
+    node: Path, tmp_path: Path, prometheus_factory
+) -> None:
+    case = "everything-on-values.yaml"
+    values = chart().merge_values(case_values(case))
+    web = values["exporter"]["webConfig"]
+    endpoint = of_kind(render(case_values(case)), "ServiceMonitor")[0]["spec"]["endpoints"][0]
+    assert endpoint["scheme"] == "https"
+    # The two Secrets the values name: the web config with its certificate, the scrape login.
+    secret = tmp_path / web["secretName"]
+    secret.mkdir()
+    server_name = endpoint["tlsConfig"]["serverName"]
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2"]
+        + ["-subj", f"/CN={server_name}", "-addext", f"subjectAltName=DNS:{server_name}"]
+        + ["-keyout", str(secret / "tls.key"), "-out", str(secret / "tls.crt")],
+        check=True,
+        capture_output=True,
+    )
+    password = "scrape-me"
+    hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()
+    pod = daemonset(case, "compute")
+    (container,) = pod["containers"]
+    mounts = host_mounts(pod, container, node, {web["secretName"]: secret})
+    # The file names its certificate by its path in the pod, as the chart's README says.
+    (secret / web["key"]).write_text(
+        "tls_server_config:\n"
+        f"  cert_file: {on_node('/etc/hpcmon/web/tls.crt', mounts)}\n"
+        f"  key_file: {on_node('/etc/hpcmon/web/tls.key', mounts)}\n"
+        f"basic_auth_users:\n  prometheus: '{hashed}'\n"
+    )
+    job = values["compute"]["job"]
+    with run_exporter(exporter_args(pod, node, {web["secretName"]: secret}), tmp_path) as exporter:
+        config = scrape_config(
+            endpoint,
+            job,
+            exporter.address,
+            "node01",
+            ca_file=str(secret / "tls.crt"),
+            username="prometheus",
+            password=password,
+        )
+        wrong = dict(config, job_name="wrong-password")
+        wrong["basic_auth"] = {"username": "prometheus", "password": "guess"}
+        prometheus = prometheus_factory([config, wrong])
+        (up,) = prometheus.wait_for(f'up{{job="{job}"}} == 1', timeout=60)
+        assert up["metric"]["instance"] == "node01"  # the ServiceMonitor's relabeling
+        prometheus.wait_for(f'geopm_up{{job="{job}",source="powercap"}} == 1', timeout=60)
+        prometheus.wait_for('up{job="wrong-password"} == 0', timeout=60)
