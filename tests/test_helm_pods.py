@@ -4,7 +4,9 @@ Kubernetes cannot run here, so each test lays out a node's host paths in a tempo
 (Lustre job_stats under /proc, RAPL zones under /sys as the kernel links them, Slurm's cgroup
 tree, a prolog's job directory), resolves the rendered pod's hostPath volumes and mount paths
 onto it, and runs the exporter with the rendered arguments (the listen address aside); the
-group mode's init container runs its own shell command on the same files.
+group mode's init container runs its own shell command on the same files, the lctl mode's
+wrapper really chroots into the node's root, and a real Prometheus scrapes a TLS pod the way
+the rendered ServiceMonitor says.
 """
 
 from __future__ import annotations
@@ -69,10 +71,12 @@ def node() -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def daemonset(case: str, role: str) -> dict[str, Any]:
+def daemonset(case: str | dict[str, Any], role: str) -> dict[str, Any]:
+    """The pod spec of a role's DaemonSet, for an example values file or values given here."""
+    values = case if isinstance(case, dict) else case_values(case)
     (found,) = [
         obj
-        for obj in of_kind(render(case_values(case)), "DaemonSet")
+        for obj in of_kind(render(values), "DaemonSet")
         if obj["metadata"]["labels"]["app.kubernetes.io/component"] == role
     ]
     return found["spec"]["template"]["spec"]
@@ -85,13 +89,16 @@ def host_mounts(
     secrets: dict[str, Path] | None = None,
 ) -> dict[str, Path]:
     """Mount path -> where its hostPath volume lies on the node (checked as the kubelet does),
-    or the folder standing for its Secret volume in ``secrets``."""
+    or the folder standing for its Secret or ConfigMap volume in ``secrets``."""
     volumes = {volume["name"]: volume for volume in pod["volumes"]}
     mounts = {}
     for mount in container.get("volumeMounts", []):
         volume = volumes[mount["name"]]
         if "secret" in volume:
             mounts[mount["mountPath"]] = (secrets or {})[volume["secret"]["secretName"]]
+            continue
+        if "configMap" in volume:
+            mounts[mount["mountPath"]] = (secrets or {})[volume["configMap"]["name"]]
             continue
         host_path = volume.get("hostPath")
         if host_path is None:
@@ -178,6 +185,73 @@ def test_compute_pod_exports_the_nodes_power_and_jobs(node: Path, tmp_path: Path
     assert value(samples, "hpc_node_job_info", jobid="4242", uid="1000") == 1
     total = value(samples, "geopm_cpu_energy_joules_total", domain_index="0")
     assert total is not None and total >= ZONES["0"][1] / 1e6
+
+
+def chroot_shell(root: Path) -> None:
+    """This machine's /bin/sh and the libraries it loads, inside ``root`` (a host's root)."""
+    shell = Path("/bin/sh").resolve()
+    needed = [shell]
+    listing = subprocess.run(["ldd", str(shell)], capture_output=True, text=True, check=True)
+    for line in listing.stdout.splitlines():
+        path = line.split("=>")[-1].split("(")[0].strip()
+        if path.startswith("/"):
+            needed.append(Path(path))
+    for path in needed:
+        copy = root / str(path).lstrip("/")
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path.resolve(), copy)
+    (root / "bin").mkdir(exist_ok=True)
+    if not (root / "bin/sh").exists():
+        (root / "bin/sh").symlink_to(shell)
+
+
+# lctl as a Lustre OSS has it, for the chart's chroot: nothing but the shell's builtins.
+HOST_LCTL = """#!/bin/sh
+[ "$1" = get_param ] || exit 64
+if [ "$2" != "obdfilter.*.job_stats" ]; then
+  echo "error: get_param: param_path '$2': No such file or directory" >&2; exit 2
+fi
+printf 'obdfilter.lustrefs-OST0000.job_stats=\\n'
+while IFS= read -r line; do printf '%s\\n' "$line"; done < /var/lib/job_stats
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chroot needs root, as the chart's lctl mode does")
+def test_lctl_mode_runs_the_hosts_lctl_through_the_charts_chroot(node: Path, tmp_path: Path):
+    values = {"compute": {"enabled": False}, "lustre": {"enabled": True}}
+    values["lustre"]["jobstats"] = {"source": "lctl", "lctlPath": "/usr/sbin/lctl"}
+    (wrapper_map,) = [
+        obj
+        for obj in of_kind(render(values), "ConfigMap")
+        if obj["metadata"]["name"].endswith("-lctl")
+    ]
+    pod = daemonset(values, "lustre")
+    (container,) = pod["containers"]
+    assert "SYS_CHROOT" in container["securityContext"]["capabilities"]["add"]
+    # The host: its own shell and lctl, a job_stats capture.
+    chroot_shell(node)
+    (node / "usr/sbin").mkdir(parents=True)
+    (node / "usr/sbin/lctl").write_text(HOST_LCTL)
+    (node / "usr/sbin/lctl").chmod(0o755)
+    (node / "var/lib").mkdir(parents=True)
+    shutil.copy(JOB_STATS, node / "var/lib/job_stats")
+    # The ConfigMap volume: the wrapper, with the pod's /host resolved onto the node.
+    volume = tmp_path / "lctl-configmap"
+    volume.mkdir()
+    mounts = host_mounts(pod, container, node, {wrapper_map["metadata"]["name"]: volume})
+    for name, text in wrapper_map["data"].items():
+        (volume / name).write_text(text.replace("chroot /host ", f"chroot {mounts['/host']} "))
+        (volume / name).chmod(0o555)
+    args = exporter_args(pod, node, {wrapper_map["metadata"]["name"]: volume})
+    with run_exporter(args, tmp_path) as exporter:
+        samples = scrape_until(
+            exporter.address,
+            lambda s: value(s, "lustre_jobstats_up", target="lustrefs-OST0000") == 1,
+        )
+    assert (
+        value(samples, "lustre_job_write_bytes_total", target="lustrefs-OST0000", jobid="24")
+        == 215147593728
+    )
 
 
 @contextlib.contextmanager
