@@ -1,4 +1,4 @@
-"""Benchmark of the Darshan source (issue 4).
+"""Benchmark of the Darshan source (issues 4 and 12).
 
 Baseline, measured in the same run: PyDarshan reading the same log the way its users do
 (DarshanReport + records[mod].to_df() for every I/O module we use, + the heatmaps).
@@ -7,6 +7,12 @@ the largest fixture logs, and a synthetic 100,000-record POSIX log written as da
 text processed in < 10 s. "ours+child" is what the hook runs: binary logs are read in a forked
 child (crash safety), one child per job; the "job of N logs" row shows that cost spread over
 the logs of one job.
+
+Issue 12 (small logs): per small fixture log, the median of PyDarshan's own read (baseline)
+against the crash-isolating child: "child read" (the log read in the reader child and sent
+back) and "child total" (what the hook runs per log: child read + signals + points), both with
+the child already forked (it is forked once per process and reused), plus the one-off cost of
+forking it ("first log"). Target: child/baseline <= 1.5, measured in the same run.
 
     .venv/bin/python benchmarks/bench_darshan.py [--quick]
 """
@@ -28,7 +34,11 @@ from timing import median_seconds  # noqa: E402
 from post_job.darshan import collect_darshan  # noqa: E402
 from post_job.darshan.model import IO_MODULES  # noqa: E402
 from post_job.darshan.points import log_points  # noqa: E402
-from post_job.darshan.reader_pydarshan import read_darshan_log  # noqa: E402
+from post_job.darshan.reader_pydarshan import (  # noqa: E402
+    close_reader_child,
+    read_darshan_log,
+    read_darshan_logs_isolated,
+)
 from post_job.darshan.signals import compute_signals  # noqa: E402
 from post_job.model import JobContext  # noqa: E402
 
@@ -63,6 +73,50 @@ def in_process(path: Path) -> None:
 def isolated(path: Path) -> None:
     output = collect_darshan([path], [], JOB)
     assert output.points
+
+
+def child_read(path: Path) -> None:
+    ((_, log),) = read_darshan_logs_isolated([path])
+    assert not isinstance(log, Exception)
+
+
+def first_log(path: Path) -> None:
+    """The first log of a hook run: fork the reader child, read, then end the child and wait
+    for it (a new run starts without one)."""
+    import os
+
+    from post_job.darshan import reader_pydarshan
+
+    isolated(path)
+    close_reader_child()
+    for pid in list(reader_pydarshan._EXITING):
+        os.waitpid(pid, 0)
+        reader_pydarshan._EXITING.remove(pid)
+
+
+def small_log_rows(repeats: int) -> list[dict]:
+    rows = []
+    for path in SMALL_LOGS:
+        pydarshan_baseline(path)  # warm the page cache
+        isolated(path)  # and the reader child
+        baseline = median_seconds(lambda p=path: pydarshan_baseline(p), repeats)
+        read = median_seconds(lambda p=path: child_read(p), repeats)
+        total = median_seconds(lambda p=path: isolated(p), repeats)
+        close_reader_child()
+        cold = median_seconds(lambda p=path: first_log(p), max(3, repeats // 4))
+        isolated(path)  # fork the child again for the next log's warm timings
+        rows.append(
+            {
+                "log": path.name,
+                "baseline_pydarshan_read_s": baseline,
+                "child_read_s": read,
+                "child_total_s": total,
+                "first_log_with_fork_s": cold,
+                "ratio_child_read": read / baseline,
+                "ratio_child_total": total / baseline,
+            }
+        )
+    return rows
 
 
 def many_logs_baseline(paths: list[Path]) -> None:
@@ -146,6 +200,7 @@ def main() -> int:
             "ratio_isolated": ours_isolated / baseline,
         }
     )
+    small = small_log_rows(max(9, repeats * 4))
     with tempfile.TemporaryDirectory() as directory:
         text = Path(directory) / "synthetic.txt"
         start = time.perf_counter()
@@ -166,6 +221,25 @@ def main() -> int:
             f"{row['signals_isolated_child_s']:>10.3f}s {row['ratio_isolated']:>6.2f}"
         )
     print(
+        f"\n{'small log (issue 12)':<44} {'PyDarshan':>10} {'child read':>11} {'ratio':>6}"
+        f" {'child total':>12} {'ratio':>6} {'1st log+fork':>12}"
+    )
+    for row in small:
+        print(
+            f"{row['log'][:44]:<44} {row['baseline_pydarshan_read_s'] * 1e3:>8.2f}ms"
+            f" {row['child_read_s'] * 1e3:>9.2f}ms {row['ratio_child_read']:>6.2f}"
+            f" {row['child_total_s'] * 1e3:>10.2f}ms {row['ratio_child_total']:>6.2f}"
+            f" {row['first_log_with_fork_s'] * 1e3:>8.2f}ms"
+        )
+    base_sum = sum(r["baseline_pydarshan_read_s"] for r in small)
+    read_sum = sum(r["child_read_s"] for r in small)
+    total_sum = sum(r["child_total_s"] for r in small)
+    print(
+        f"{'all small logs (sum of medians)':<44} {base_sum * 1e3:>8.2f}ms {read_sum * 1e3:>9.2f}ms"
+        f" {read_sum / base_sum:>6.2f} {total_sum * 1e3:>10.2f}ms {total_sum / base_sum:>6.2f}"
+        "   (target ratio <= 1.5)"
+    )
+    print(
         f"\nsynthetic darshan-parser text: {synthetic_records} POSIX records, {size_mb:.0f} MB "
         f"(generated in {generate:.1f}s)"
     )
@@ -173,6 +247,7 @@ def main() -> int:
     print(f"  ... plus --signals-out text file {with_output:6.2f}s")
     results = {
         "logs": rows,
+        "small_logs": small,
         "synthetic_text": {
             "records": synthetic_records,
             "megabytes": size_mb,

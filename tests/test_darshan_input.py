@@ -318,12 +318,14 @@ def test_a_crash_costs_only_the_log_being_read(monkeypatch):
         return real_open(path)
 
     monkeypatch.setattr(reader_pydarshan, "_open_report", crashing_open)
+    reader_pydarshan.close_reader_child()  # the next child is forked with the patch in place
     order = [log_path(MPI_IO_TEST), log_path(SKEW), log_path(MPI_IO_TEST)]
     first, crashed, after = reader_pydarshan.read_darshan_logs_isolated(order)
     message = f"{log_path(SKEW)}: PyDarshan crashed with signal SIGSEGV reading the log"
     assert str(crashed[1]) == message
     assert _body(first[1]) == _body(after[1])
     _same_body_as_text(first[1], read_text(text_path(MPI_IO_TEST)))
+    reader_pydarshan.close_reader_child()  # no patched child left for the other tests
 
 
 def test_a_hung_read_is_killed_and_named():
@@ -355,3 +357,25 @@ def test_truncated_or_corrupt_gzipped_text_is_named_and_costs_only_itself(tmp_pa
     assert f"{truncated}: gzip stream is truncated after" in output.errors[0]
     assert any(e.startswith(f"{corrupt}: corrupt gzip data") for e in output.errors)
     assert len(measurements(output, "darshan_job")) == 2  # the truncated prefix and the good log
+
+
+def test_the_reader_child_is_kept_for_later_calls_and_replaced_after_a_crash():
+    from post_job.darshan import reader_pydarshan
+
+    reader_pydarshan.close_reader_child()
+    list(reader_pydarshan.read_darshan_logs_isolated([log_path(MPI_IO_TEST)]))
+    child = reader_pydarshan._CHILD
+    assert child is not None and child.pid
+    list(reader_pydarshan.read_darshan_logs_isolated([log_path(SKEW)]))
+    assert reader_pydarshan._CHILD is child  # no second fork
+    import os
+    import signal
+    import time
+
+    os.kill(child.pid, signal.SIGKILL)  # the child dies between calls: a new one is forked
+    time.sleep(0.2)
+    ((_, first), (_, second)) = reader_pydarshan.read_darshan_logs_isolated(
+        [log_path(MPI_IO_TEST), log_path(SKEW)]
+    )
+    assert not isinstance(first, Exception) and not isinstance(second, Exception)
+    assert reader_pydarshan._CHILD is not child

@@ -353,3 +353,35 @@ def test_text_reader_is_untouched_by_the_precision_change() -> None:
             if line.startswith("# run time:")
         )
     )
+
+
+def test_inconsistent_module_counters_are_flagged_and_named(tmp_path: Path) -> None:
+    """Bytes read with no read counted (seen in real 3.4.6 DAOS logs): a warning, the module
+    point's ``inconsistent`` field and the job's ``inconsistent_modules``; the totals still
+    add the module's counters as read (documented)."""
+    lines = text_path(MPI_IO_TEST).read_text().splitlines()
+    changed = []
+    for line in lines:
+        fields = line.split("\t")
+        if len(fields) > 4 and fields[0] == "POSIX" and fields[3] == "POSIX_READS":
+            fields[4] = "0"
+            line = "\t".join(fields)
+        changed.append(line)
+    path = tmp_path / "inconsistent.txt"
+    path.write_text("\n".join(changed) + "\n")
+    output = collect_darshan([], [path], JOB)
+    assert output.errors == []
+    (warning,) = output.warnings
+    assert "module POSIX has inconsistent counters: read_bytes_without_reads:1" in warning
+    (posix,) = [
+        p
+        for p in output.points
+        if p.measurement == "darshan_module" and p.tags["module"] == "POSIX"
+    ]
+    assert posix.fields["inconsistent"] == "read_bytes_without_reads:1"
+    (job,) = [p for p in output.points if p.measurement == "darshan_job"]
+    assert job.fields["inconsistent_modules"] == "POSIX"
+    clean = collect_darshan([], [text_path(MPI_IO_TEST)], JOB)
+    (clean_job,) = [p for p in clean.points if p.measurement == "darshan_job"]
+    assert clean_job.fields["inconsistent_modules"] == "" and clean.warnings == []
+    assert job.fields["total_bytes_read"] == clean_job.fields["total_bytes_read"]

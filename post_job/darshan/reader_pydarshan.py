@@ -11,6 +11,7 @@ send; it is replaced after any log that crashed it, made darshan-util complain o
 
 from __future__ import annotations
 
+import atexit
 import faulthandler
 import gc
 import os
@@ -136,40 +137,61 @@ def read_darshan_logs_isolated(
     """(path, log or error) for each path, read in a forked child so that a crash inside
     darshan-util costs only the log being read, never the caller.
 
+    The child is forked once per process and kept for the next logs and calls (the fork of a
+    process holding numpy, pandas and darshan-util costs more than reading a small log); it
+    is replaced after any log that crashed or hung it, made darshan-util complain or failed.
     darshan-util reports truncated module data only on stderr: the child's stderr is captured
     and each message becomes a problem naming the file.
     """
-    child: _ReaderChild | None = None
-    try:
-        for path in paths:
-            path = Path(path)
-            try:
-                _check_looks_like_log(path)  # no child needed for an empty or foreign file
-                if child is None:
-                    import darshan  # noqa: F401  (loaded once here, inherited by the child)
+    for path in paths:
+        path = Path(path)
+        try:
+            _check_looks_like_log(path)  # no child needed for an empty or foreign file
+            child = _reader_child()
+            outcome, healthy = child.read(path, timeout)
+        except DarshanReadError as exc:  # found before the child saw the file
+            outcome, healthy = exc, True
+        except Exception as exc:  # fork failed, garbage on the pipe, ...: never raise
+            outcome = DarshanReadError(
+                f"{path}: cannot read the log in a child process ({type(exc).__name__}: {exc})"
+            )
+            healthy = False
+        if not healthy:  # crashed, hung, damaged log: the next log gets a fresh child
+            close_reader_child()
+        yield path, outcome
 
-                    child = _ReaderChild()
-                outcome, healthy = child.read(path, timeout)
-            except DarshanReadError as exc:  # found before the child saw the file
-                outcome, healthy = exc, True
-            except Exception as exc:  # fork failed, garbage on the pipe, ...: never raise
-                outcome = DarshanReadError(
-                    f"{path}: cannot read the log in a child process ({type(exc).__name__}: {exc})"
-                )
-                healthy = False
-            if child is not None and not healthy:  # crashed, hung, damaged log: start afresh
-                child.close()
-                child = None
-            yield path, outcome
-    finally:
-        if child is not None:
-            child.close()
+
+_CHILD: _ReaderChild | None = None
+
+
+def _reader_child() -> _ReaderChild:
+    """This process's reader child (a child inherited through a fork is not ours)."""
+    global _CHILD
+    if _CHILD is not None and _CHILD.owner == os.getpid() and not _CHILD.alive():
+        close_reader_child()  # died since the last log (killed from outside): fork anew
+    if _CHILD is None or _CHILD.owner != os.getpid():
+        import darshan  # noqa: F401  (loaded once here, inherited by the child)
+
+        _CHILD = _ReaderChild()
+    return _CHILD
+
+
+def close_reader_child() -> None:
+    """End this process's reader child (the next read forks a new one)."""
+    global _CHILD
+    if _CHILD is not None and _CHILD.owner == os.getpid():
+        _CHILD.close()
+    _CHILD = None
+
+
+atexit.register(close_reader_child)
 
 
 class _ReaderChild:
     """A forked process that reads the logs it is sent, one at a time."""
 
     def __init__(self) -> None:
+        self.owner = os.getpid()
         self._stderr = tempfile.TemporaryFile()
         self._stderr_read = 0
         self._conn, child_conn = Pipe(duplex=True)
@@ -181,6 +203,15 @@ class _ReaderChild:
             finally:
                 os._exit(0)  # skip atexit handlers and destructors inherited from the parent
         child_conn.close()
+
+    def alive(self) -> bool:
+        try:
+            finished, _ = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if finished:
+            self.pid = 0
+        return not finished
 
     def read(self, path: Path, timeout: float) -> tuple[DarshanLog | DarshanReadError, bool]:
         """(log or error, whether this child can be trusted with the next log)."""

@@ -365,9 +365,18 @@ def _get(table: ModuleTable, names: tuple[str, ...] | str | None) -> _Input | No
         return None
     if isinstance(names, str):
         names = (names,)
+    cache = table.__dict__.setdefault("_inputs", {})  # the formulas share many inputs
+    if names not in cache:
+        cache[names] = _sum_columns(table, names)
+    return cache[names]
+
+
+def _sum_columns(table: ModuleTable, names: tuple[str, ...]) -> _Input | None:
     columns = [table.column(name) for name in names]
     if any(column is None for column in columns):
         return None
+    if len(columns) == 1 and not is_timer(names[0]):
+        return _Input(columns[0], columns[0] == -1)
     unmonitored = np.zeros(len(table), dtype=bool)
     invalid = np.zeros(len(table), dtype=bool)
     total = np.zeros(len(table), dtype=columns[0].dtype)
