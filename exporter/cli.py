@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
-from exporter.collector import Collector, add_flag
+from exporter.collector import LOG_FORMAT, Collector, add_flag
 from exporter.exposition import Compressed, Part, render_families
 from exporter.web import listen_address_flag, load_web_config, make_server
 
@@ -140,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parser.parse_args(argv)
     logging.basicConfig(
         level=getattr(logging, options.log_level.upper().replace("WARN", "WARNING")),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        format=LOG_FORMAT,
     )
     try:
         enabled = [

@@ -20,6 +20,8 @@ from exporter.exposition import Compressed
 
 log = logging.getLogger("hpcmon.exporter")
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
 
 def _shown(default: object) -> str:
     if isinstance(default, bool):

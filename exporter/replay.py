@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _COUNTER = re.compile(r"((?:samples|sum|sumsq):\s*)(\d+)")
+_JOB_ID = re.compile(r"^- job_id:\s*\"?([^\"\n]*?)\"?\s*$", re.MULTILINE)
+_OPERATION_LINE = re.compile(r"^(\s*)(\w+):(\s*\{[^}\n]*\})", re.MULTILINE)
+STORM_REQUEST_BYTES = 4096  # a storm job's reads and writes are this small
 _SNAPSHOT = re.compile(r"^(\s*snapshot_time\s*:\s*)\d+(\.\d+)?", re.MULTILINE)
 _JOB_SPLIT = re.compile(r"^(?=- job_id:)", re.MULTILINE)
 _PARAM = re.compile(r"^((?:obdfilter|mdt)\.[^.\s]+\.job_stats)=", re.MULTILINE)
@@ -61,7 +64,34 @@ def _snapshot(match: re.Match[str], now: float) -> str:
     return match.group(1) + (f"{now:.9f}" if match.group(2) else str(int(now)))
 
 
-def render(sections: Sequence[_Section], elapsed: float, now: float) -> str:
+def _storm(entry: str, added: int) -> str:
+    """Add `added` operations to each one-line operation of the entry (small reads/writes)."""
+
+    def grow(match: re.Match[str]) -> str:
+        body = re.sub(
+            r"(samples:\s*)(\d+)",
+            lambda m: f"{m.group(1)}{int(m.group(2)) + added}",
+            match.group(3),
+        )
+        if match.group(2) in ("read_bytes", "write_bytes"):
+            body = re.sub(
+                r"(sum:\s*)(\d+)",
+                lambda m: f"{m.group(1)}{int(m.group(2)) + added * STORM_REQUEST_BYTES}",
+                body,
+            )
+        return match.group(1) + match.group(2) + ":" + body
+
+    return _OPERATION_LINE.sub(grow, entry)
+
+
+def render(
+    sections: Sequence[_Section],
+    elapsed: float,
+    now: float,
+    storms: dict[str, float] | None = None,
+) -> str:
+    """The captures `elapsed` seconds on. `storms`: job id -> operations per second added to
+    each of that job's operations (4 KiB reads and writes): an I/O storm to alert on."""
     out: list[str] = []
     for section in sections:
         out.append(f"{section.param}=\njob_stats:\n")
@@ -70,6 +100,9 @@ def render(sections: Sequence[_Section], elapsed: float, now: float) -> str:
             grown = _COUNTER.sub(
                 lambda m, f=factor: f"{m.group(1)}{int(int(m.group(2)) * f)}", entry
             )
+            job = _JOB_ID.search(grown)
+            if storms and job and job.group(1) in storms:
+                grown = _storm(grown, int(storms[job.group(1)] * elapsed))
             out.append(_SNAPSHOT.sub(lambda m: _snapshot(m, now), grown) + "\n")
     return "".join(out)
 

@@ -1,8 +1,9 @@
 """The ``jobstats`` collector: Lustre job_stats of the MDTs/OSTs on this server, per job.
 
-A background thread samples every ``--jobstats.interval`` seconds (read -> parse -> limits ->
-rates -> pack, one target at a time, then the exposition, compressed once) and keeps the last
-complete exposition; every scrape returns it, never waiting for the sample in progress. With
+A background process (worker.py) samples every ``--jobstats.interval`` seconds (read -> parse
+-> limits -> rates -> pack, one target at a time, then the exposition, compressed once) and
+sends each to the exporter, which serves the last complete one: a scrape never waits for, nor
+competes with, the sample in progress. With
 ``--jobstats.interval=0`` a scrape samples, within the scrape's own timeout (lctl is killed in
 time and its targets reported down), and scrapes that arrive meanwhile share that sample.
 Nothing that goes wrong while sampling fails the scrape: it shows in the health metrics
@@ -26,7 +27,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from exporter.collector import (
     Collector,
-    Periodic,
     ProblemLog,
     add_flag,
     bytes_flag,
@@ -44,6 +44,7 @@ from exporter.jobstats.sources import (
     ProcfsSource,
     Source,
 )
+from exporter.jobstats.worker import SamplerProcess
 from hpcmon.jobid import JobIdPattern
 
 log = logging.getLogger("hpcmon.exporter.jobstats")
@@ -293,8 +294,7 @@ class JobstatsCollector(Collector):
         self._snapshot: Compressed | None = None  # the last complete exposition
         self._generation = 0
         self._sample_lock = threading.Lock()
-        self._ready = threading.Event()
-        self._sampler = Periodic("jobstats-sampler", self.sample, self.settings.interval)
+        self._worker: SamplerProcess | None = None
 
     @staticmethod
     def _make_source(options: argparse.Namespace) -> Source:
@@ -309,12 +309,15 @@ class JobstatsCollector(Collector):
 
     # ------------------------------------------------------------------ scheduling
     def start(self) -> None:
-        if self.settings.interval > 0:
-            self._sampler.start()
+        if self.settings.interval > 0 and self._worker is None:
+            self._worker = SamplerProcess(self.options)
+            self._worker.start()
 
     def stop(self) -> None:
         self.source.close()  # kills a running lctl at once (exporter SIGTERM)
-        self._sampler.stop(timeout=30)
+        if self._worker is not None:
+            self._worker.stop()  # the child kills its own lctl on SIGTERM
+            self._worker = None
 
     def exposition(self) -> bytes:
         return b"".join(self.exposition_before(None).chunks())
@@ -325,13 +328,8 @@ class JobstatsCollector(Collector):
         parsing and rendering: a hung lctl is killed in time and its targets shown down."""
         budget = DEFAULT_SCRAPE_TIMEOUT if scrape_timeout is None else scrape_timeout
         deadline = time.monotonic() + budget * (1 - SCRAPE_MARGIN)
-        if self._sampler.running:
-            # None only before the first sample is complete.
-            while (snapshot := self._snapshot) is None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self._ready.wait(remaining):
-                    return Compressed.of(b"")
-            return snapshot
+        if self._worker is not None:
+            return self._worker.latest(deadline)
         arrived = self._generation
         if not self._sample_lock.acquire(timeout=max(deadline - time.monotonic(), 0)):
             return self._snapshot or Compressed.of(b"")  # a sample outlived its own scrape
@@ -367,8 +365,12 @@ class JobstatsCollector(Collector):
         del buffer
         self._snapshot = Compressed.of(text)  # scrapes switch to it whole, in one step
         self._generation += 1
-        self._ready.set()
         return text
+
+    @property
+    def snapshot(self) -> Compressed | None:
+        """The last complete sample, compressed (None before the first)."""
+        return self._snapshot
 
     # ------------------------------------------------------------------ one sample
     def _collect(self, wall_clock: float, buffer: io.BytesIO, deadline: float | None) -> None:
