@@ -5,8 +5,9 @@ Kubernetes cannot run here, so each test lays out a node's host paths in a tempo
 tree, a prolog's job directory), resolves the rendered pod's hostPath volumes and mount paths
 onto it, and runs the exporter with the rendered arguments (the listen address aside); the
 group mode's init container runs its own shell command on the same files, the lctl mode's
-wrapper really chroots into the node's root, and a real Prometheus scrapes a TLS pod the way
-the rendered ServiceMonitor says.
+wrapper really chroots into the node's root, a real Prometheus scrapes a TLS pod the way
+the rendered ServiceMonitor says, and the flush CronJob's command empties a spool into a real
+InfluxDB 1.6.7.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -27,9 +29,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.geopm.model import BackendError
 from exporter.geopm.powercap import PowercapBackend
-from hpcmon.servers import http_get, run_exporter
+from hpcmon.servers import http_get, loopback_env, run_exporter
+from post_job.spool import Spool
 from tests.test_helm_chart import case_values, chart, of_kind, render
 
+ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data"
 JOB_STATS = (
     DATA / "jobstats" / "HewlettPackard_lustre_exporter__proc_fs_lustre_obdfilter_"
@@ -376,3 +380,43 @@ def test_prometheus_scrapes_the_tls_pod_the_way_the_servicemonitor_says(
         assert up["metric"]["instance"] == "node01"  # the ServiceMonitor's relabeling
         prometheus.wait_for(f'geopm_up{{job="{job}",source="powercap"}} == 1', timeout=60)
         prometheus.wait_for('up{job="wrong-password"} == 0', timeout=60)
+
+
+@pytest.mark.integration
+def test_flush_cronjob_replays_the_shared_spool_into_influxdb(
+    node: Path, tmp_path: Path, influxdb1
+) -> None:
+    influxdb1.create_database("hpc_helm")
+    flush = {
+        "enabled": True,
+        "spool": {"hostPath": "/var/spool/hpcmon"},
+        "influx": {"v1": {"url": influxdb1.url, "database": "hpc_helm"}},
+    }
+    (cronjob,) = of_kind(render({"postJob": {"flush": flush}}), "CronJob")
+    pod = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    # What epilogs left behind while InfluxDB was away: two spooled batches.
+    (node / "var/spool/hpcmon").mkdir(parents=True)
+    spool = Spool(node / "var/spool/hpcmon", "influx-v1")
+    lines = [
+        f"hpcmon_helm_flush,jobid=77 bytes={i}i {1_700_000_000 + i}000000000" for i in range(6)
+    ]
+    spool.add(lines[:3])
+    spool.add(lines[3:])
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    mounts = host_mounts(pod, container, node) | {"/tmp": tmp}  # the emptyDir
+    args = [on_node(arg, mounts) for arg in container["args"]]
+    env = dict(loopback_env(), PYTHONPATH=str(ROOT), TMPDIR=str(tmp))
+    result = subprocess.run(
+        [sys.executable, "-m", "post_job", *args],
+        cwd=tmp,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert spool.pending() == []
+    series = influxdb1.series('SELECT count("bytes") FROM "hpcmon_helm_flush"', db="hpc_helm")
+    assert series[0]["values"][0][1] == len(lines)
