@@ -1,0 +1,384 @@
+"""Operations overview: the file system and power by job, and the health of the collection."""
+
+from __future__ import annotations
+
+from grafanalib import core
+
+from hpcmon import metric_names as m
+
+from . import grafana as g
+from . import promql, rules
+from .config import Config
+from .grafana import PROMETHEUS, PanelSpec, Query
+from .uids import JOB_UID, OVERVIEW_UID
+from .variables import cluster_matcher, jobstats_matchers, overview_variables
+
+RATE = "$__rate_interval"
+JOB_LINK_TITLE = "Job drill-down"
+
+
+def job_link(value: str = "${__value.raw}") -> dict[str, object]:
+    """A data link to the job dashboard with the job and the current time range."""
+    return {
+        "title": JOB_LINK_TITLE,
+        "url": f"/d/{JOB_UID}/{JOB_UID}?var-jobid={value}&${{__url_time_range}}",
+        "targetBlank": False,
+    }
+
+
+def _spec(title: str, unit: str, *queries: Query, description: str = "") -> PanelSpec:
+    return PanelSpec(PROMETHEUS, title, unit, list(queries), description=description)
+
+
+def _top_jobs_table(title: str, unit: str, expr: str, config: Config, description: str):
+    spec = _spec(title, unit, Query(f"topk({config.top_jobs}, {expr})", instant=True))
+    spec.description = description
+    spec.links = [job_link()]
+    spec.link_field = "jobid"
+    organize = {
+        "id": "organize",
+        "options": {
+            "excludeByName": {"Time": True},
+            "renameByName": {"Value": title.split(" by ")[-1]},
+        },
+    }
+    return g.table(spec, sort_by=title.split(" by ")[-1], transformations=[organize])
+
+
+def build(config: Config) -> core.Dashboard:
+    rates = promql.Rates(config)
+    sel = jobstats_matchers(config)
+    cluster = cluster_matcher(config)
+    job_by = "by (" + ", ".join(["jobid", *config.jobid_labels]) + ")"
+    layout = g.Layout()
+
+    layout.row("File system")
+    for direction in ("write", "read"):
+        layout.add(
+            g.timeseries(
+                _spec(
+                    f"{direction.capitalize()} throughput per target",
+                    "Bps",
+                    Query(
+                        f"sum by (component, target) ({rates.bytes(direction, sel, RATE)})",
+                        legend="{{target}}",
+                    ),
+                    description=f"Bytes {direction} per second on each OST/MDT, stacked.",
+                ),
+                stacked=True,
+            )
+        )
+    layout.add(
+        g.timeseries(
+            _spec(
+                "MDT operations by operation and target",
+                "ops",
+                Query(
+                    f"sum by (target, operation) ({rates.metadata_ops(sel, RATE)})",
+                    legend="{{target}} {{operation}}",
+                ),
+                description="Metadata operations per second (every operation but read/write).",
+            ),
+            stacked=True,
+        ),
+        width=12,
+    )
+    layout.add(
+        g.timeseries(
+            _spec(
+                "Mean service time per operation",
+                "s",
+                Query(
+                    f"sum by (operation) (rate({m.JOB_LATENCY}{{{sel}}}[{RATE}]))\n"
+                    f"/ sum by (operation) (rate({m.JOB_OPERATIONS}{{{sel}}}[{RATE}]) > 0)",
+                    legend="{{operation}}",
+                ),
+                description="Lustre 2.14+ `usecs` entries: total service time over operations.",
+            )
+        ),
+        width=12,
+    )
+
+    layout.row("Top jobs")
+    layout.add(
+        _top_jobs_table(
+            "Top jobs by write rate",
+            "Bps",
+            f"sum {job_by} ({rates.bytes('write', sel, RATE)})",
+            config,
+            "Bytes written per second, all targets. Click a job for its drill-down.",
+        ),
+        width=8,
+    )
+    layout.add(
+        _top_jobs_table(
+            "Top jobs by read rate",
+            "Bps",
+            f"sum {job_by} ({rates.bytes('read', sel, RATE)})",
+            config,
+            "Bytes read per second, all targets. Click a job for its drill-down.",
+        ),
+        width=8,
+    )
+    layout.add(
+        _top_jobs_table(
+            "Top jobs by metadata operations",
+            "ops",
+            f"sum {job_by} ({rates.metadata_ops(sel, RATE)})",
+            config,
+            "Metadata operations per second, all MDTs. Click a job for its drill-down.",
+        ),
+        width=8,
+    )
+    for direction, samples in (("write", m.JOB_WRITE_SAMPLES), ("read", m.JOB_READ_SAMPLES)):
+        layout.add(
+            g.timeseries(
+                _spec(
+                    f"Mean {direction} size per job (top {config.top_jobs} by {direction} rate)",
+                    "bytes",
+                    Query(
+                        f"(sum by (jobid) ({rates.bytes(direction, sel, RATE)})\n"
+                        f" / (sum by (jobid) (rate({samples}{{{sel}}}[{RATE}])) > 0))\n"
+                        f"and on (jobid) topk({config.top_jobs}, "
+                        f"sum by (jobid) ({rates.bytes(direction, sel, RATE)}))",
+                        legend="{{jobid}}",
+                    ),
+                    description="Bytes per request: small sizes on busy jobs hurt the OSTs.",
+                )
+            )
+        )
+    for label in config.jobid_labels:
+        layout.add(
+            g.timeseries(
+                _spec(
+                    f"Write throughput by {label}",
+                    "Bps",
+                    Query(
+                        f"sum by ({label}) ({rates.bytes('write', sel, RATE)})",
+                        legend=f"{{{{{label}}}}}",
+                    ),
+                    description=f"From the `{label}` group of --jobstats.jobid-pattern.",
+                ),
+                stacked=True,
+            )
+        )
+        layout.add(
+            g.piechart(
+                _spec(
+                    f"Bytes moved by {label}",
+                    "bytes",
+                    Query(
+                        f"sum by ({label}) (increase({m.JOB_WRITE_BYTES}{{{sel}}}[$__range]))"
+                        f"\n+ sum by ({label}) (increase({m.JOB_READ_BYTES}{{{sel}}}[$__range]))",
+                        legend=f"{{{{{label}}}}}",
+                        instant=True,
+                    ),
+                    description="Read plus written over the dashboard's time range.",
+                )
+            )
+        )
+
+    node = ", ".join(x for x in (cluster, 'instance=~"$node"') if x)
+    layout.row("Power")
+    layout.add(
+        g.timeseries(
+            _spec(
+                "Power per node",
+                "watt",
+                Query(promql.node_power(RATE, node), legend="{{instance}}"),
+                description="CPU, DRAM and GPU energy counters (GEOPM or RAPL) as watts.",
+            )
+        )
+    )
+    job_filter = 'jobid=~"$jobid"'
+    layout.add(
+        g.timeseries(
+            _spec(
+                "Power per job",
+                "watt",
+                Query(promql.job_power(RATE, job_filter, node), legend="{{jobid}}"),
+                description=(
+                    "A node's power split equally between the jobs running on it "
+                    "(hpc_node_job_info)."
+                ),
+            ),
+            stacked=True,
+        )
+    )
+    layout.add(
+        _energy_table(config, job_filter, node),
+        width=12,
+    )
+    layout.add(
+        g.bargauge(
+            _spec(
+                "Node energy over the time range",
+                "kwatth",
+                Query(
+                    promql.node_energy("increase", "$__range", node) + " / 3.6e6",
+                    legend="{{instance}}",
+                    instant=True,
+                ),
+                description="Energy counters' increase, kWh.",
+            )
+        ),
+        width=12,
+    )
+
+    layout.row("Health")
+    health = ", ".join(x for x in (cluster, 'instance=~"$instance"') if x)
+    layout.add(
+        g.state_timeline(
+            _spec(
+                "Jobstats targets up",
+                "none",
+                Query(
+                    f"min by (component, target) ({m.JOBSTATS_UP}{{{health}}})",
+                    legend="{{target}}",
+                ),
+                description="0: the target could not be read (lctl failed, timed out, or cut).",
+            ),
+            {"1": "up", "0": "down"},
+        ),
+        width=12,
+    )
+    layout.add(
+        g.state_timeline(
+            _spec(
+                "Collectors",
+                "none",
+                Query(
+                    f"min by (instance, collector) ({m.COLLECTOR_SUCCESS}{{{cluster}}})",
+                    legend="{{instance}} {{collector}}",
+                ),
+                description="hpcmon_exporter_collector_success per exporter and collector.",
+            ),
+            {"1": "ok", "0": "failing"},
+        ),
+        width=12,
+    )
+    stats = (
+        (
+            "Parse errors",
+            "short",
+            f"sum(increase({m.JOBSTATS_PARSE_ERRORS}{{{health}}}[$__range]))",
+            "Malformed jobstats records skipped over the time range.",
+        ),
+        (
+            "Dropped series",
+            "short",
+            f"sum(increase({m.JOBSTATS_DROPPED_SERIES}{{{health}}}[$__range]))",
+            "Series cut by --jobstats.max-jobs or --jobstats.operations.",
+        ),
+        (
+            "Slowest jobstats sample",
+            "s",
+            f"max({m.JOBSTATS_SCRAPE_DURATION}{{{health}}})",
+            "Read, parse, rates and exposition of the last sample, slowest exporter.",
+        ),
+        (
+            "Slowest scrape",
+            "s",
+            f'max(scrape_duration_seconds{{job="{config.jobstats_scrape_job}"}})',
+            "Prometheus' own scrape time of the jobstats exporters.",
+        ),
+        (
+            "Nodes without power source",
+            "short",
+            f"count(max by (instance) ({m.GEOPM_UP}{{{cluster}}}) == 0) or vector(0)",
+            "Nodes where neither GEOPM nor powercap works (geopm_up).",
+        ),
+    )
+    for title, unit, expr, description in stats:
+        layout.add(
+            g.stat(_spec(title, unit, Query(expr, instant=True), description=description)),
+            width=4,
+            height=4,
+        )
+    alert_names = "|".join(rules.ALERT_NAMES)
+    layout.add(
+        g.stat(
+            _spec(
+                "Firing hpcmon alerts",
+                "short",
+                Query(
+                    f'count(ALERTS{{alertstate="firing", alertname=~"{alert_names}"}})'
+                    " or vector(0)",
+                    instant=True,
+                ),
+                description="Alerts of hpcmon-alerts.yaml firing now.",
+            )
+        ),
+        width=4,
+        height=4,
+    )
+    firing = _spec(
+        "Firing hpcmon alerts",
+        "none",
+        Query(f'ALERTS{{alertstate="firing", alertname=~"{alert_names}"}}', instant=True),
+        description="Job alerts link to the job's drill-down.",
+    )
+    firing.links = [job_link("${__data.fields.jobid}")]
+    firing.link_field = "jobid"
+    layout.add(
+        g.table(
+            firing,
+            transformations=[
+                {
+                    "id": "organize",
+                    "options": {"excludeByName": {"Time": True, "Value": True, "__name__": True}},
+                }
+            ],
+        ),
+        width=24,
+    )
+
+    return core.Dashboard(
+        title="hpcmon: file system and power by job",
+        uid=OVERVIEW_UID,
+        description="Lustre jobstats and GEOPM/RAPL power by job (hpcmon-exporter).",
+        tags=["hpcmon", "lustre", "power"],
+        timezone="browser",
+        refresh="30s",
+        schemaVersion=g.SCHEMA_VERSION,
+        time=core.Time("now-6h", "now"),
+        templating=core.Templating(list=overview_variables(config)),
+        panels=layout.panels,
+        links=[
+            core.DashboardLink(
+                title="Job drill-down",
+                type="link",
+                uri=f"/d/{JOB_UID}/{JOB_UID}?var-jobid=${{jobid}}",
+                keepTime=True,
+                icon="dashboard",
+            )
+        ],
+    )
+
+
+def _energy_table(config: Config, job_filter: str, node: str):
+    energy = _spec(
+        "Energy per job over the time range",
+        "kwatth",
+        Query(
+            f"topk({config.top_jobs}, sum_over_time(({promql.job_power(RATE, job_filter, node)})"
+            "[$__range:$__interval]) * $__interval_ms / 3.6e9)",
+            instant=True,
+        ),
+        description=(
+            "kWh: each node's power split equally between the jobs on it, integrated over the time "
+            "range at the panel's interval."
+        ),
+    )
+    energy.links = [job_link()]
+    energy.link_field = "jobid"
+    return g.table(
+        energy,
+        sort_by="kWh",
+        transformations=[
+            {
+                "id": "organize",
+                "options": {"excludeByName": {"Time": True}, "renameByName": {"Value": "kWh"}},
+            }
+        ],
+    )

@@ -1,0 +1,84 @@
+"""PromQL shared by the dashboards and the rules, built from the exporter's metric names.
+
+Throughput comes either from rate() on the `_total` counters or from the exporter's own
+per-second gauges averaged over the window (`rates_from`); both give the same numbers on steady
+data, so sites that turn the exporter's rates off lose nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hpcmon import metric_names as m
+
+from .config import Config
+
+OST = 'component="ost"'
+METADATA = 'component="mdt", operation!~"{}"'.format("|".join(m.DATA_OPERATIONS))
+
+
+def selector(*matchers: str) -> str:
+    """`{a, b}` from the non-empty matchers ("" when there are none)."""
+    present = [x for x in matchers if x]
+    return "{" + ", ".join(present) + "}" if present else ""
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Per-second expressions over a window, from counters or from the exporter's gauges."""
+
+    config: Config
+
+    def bytes(self, direction: str, matchers: str, window: str) -> str:
+        """Bytes/s per series; direction is read or write."""
+        if self.config.rates_from == "gauges":
+            gauge = m.JOB_READ_RATE if direction == "read" else m.JOB_WRITE_RATE
+            return f"avg_over_time({gauge}{selector(matchers)}[{window}])"
+        counter = m.JOB_READ_BYTES if direction == "read" else m.JOB_WRITE_BYTES
+        return f"rate({counter}{selector(matchers)}[{window}])"
+
+    def write_ops(self, matchers: str, window: str) -> str:
+        if self.config.rates_from == "gauges":
+            ops = selector(matchers, 'operation="write"')
+            return f"avg_over_time({m.JOB_OPERATIONS_RATE}{ops}[{window}])"
+        return f"rate({m.JOB_WRITE_SAMPLES}{selector(matchers)}[{window}])"
+
+    def metadata_ops(self, matchers: str, window: str) -> str:
+        if self.config.rates_from == "gauges":
+            return f"avg_over_time({m.JOB_OPERATIONS_RATE}{selector(matchers, METADATA)}[{window}])"
+        return f"rate({m.JOB_OPERATIONS}{selector(matchers, METADATA)}[{window}])"
+
+
+def node_energy(function: str, window: str, matchers: str = "", site_label: str = "") -> str:
+    """`function` (rate or increase) of a node's CPU, DRAM and GPU energy counters, summed per
+    node. The board domain is left out (it already includes the others). Each counter keeps a
+    `counter` label until the sum: without __name__ their label sets would collide."""
+    parts = [
+        f'label_replace({function}({name}{selector(matchers)}[{window}]), "counter", "{name}", '
+        '"", "")'
+        for name in m.NODE_ENERGY_COUNTERS
+    ]
+    return f"sum by ({_node_labels(site_label)}) (\n  " + "\n  or ".join(parts) + "\n)"
+
+
+def _node_labels(site_label: str) -> str:
+    return ", ".join(x for x in (site_label, "instance") if x)
+
+
+def node_power(window: str, matchers: str = "", site_label: str = "") -> str:
+    """Watts per node, from the energy counters (what the hardware integrates)."""
+    return node_energy("rate", window, matchers, site_label)
+
+
+def job_power(
+    window: str, job_matchers: str = "", node_matchers: str = "", site_label: str = ""
+) -> str:
+    """Watts per job. Attribution rule for shared nodes: a node's power is split equally
+    between the jobs that have processes on it at that moment (hpc_node_job_info)."""
+    on = _node_labels(site_label)
+    jobs = f"{m.NODE_JOB_INFO}{selector(job_matchers)}"
+    all_jobs = f"{m.NODE_JOB_INFO}{selector(node_matchers)}"
+    power = node_power(window, node_matchers, site_label)
+    share = f"{power} / on ({on}) count by ({on}) ({all_jobs})"
+    by = ", ".join(x for x in (site_label, "jobid") if x)
+    return f"sum by ({by}) (({share}) * on ({on}) group_right () {jobs})"

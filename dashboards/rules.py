@@ -1,0 +1,274 @@
+"""Prometheus recording and alert rules, from the same metric names and PromQL as the dashboards.
+
+Recording rules carry what the alerts and dashboards reuse (per-target and per-job throughput,
+per-job metadata and write operations, node and job power) at a 5-minute window; alerts read the
+recorded series only, so `rates_from: counters` and `rates_from: gauges` give the same alerts.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from hpcmon import metric_names as m
+
+from . import promql
+from .config import MIB, Config
+from .uids import JOB_UID, OVERVIEW_UID
+
+WINDOW = "5m"
+TARGET_BYTES = "hpcmon:lustre_target_bytes:rate5m"
+JOB_TARGET_BYTES = "hpcmon:lustre_job_target_bytes:rate5m"
+JOB_BYTES = "hpcmon:lustre_job_bytes:rate5m"
+JOB_WRITE_OPS = "hpcmon:lustre_job_write_ops:rate5m"
+JOB_METADATA_OPS = "hpcmon:lustre_job_metadata_ops:rate5m"
+NODE_POWER = "hpcmon:node_power_watts:rate5m"
+JOB_POWER = "hpcmon:job_power_watts:rate5m"
+
+ALERT_NAMES = (
+    "LustreTargetIOSpike",
+    "LustreJobDominatesTarget",
+    "LustreJobMetadataStorm",
+    "LustreJobSmallWrites",
+    "LustreJobstatsDown",
+    "HpcmonCollectorFailing",
+    "GeopmDown",
+)
+
+
+def _by(config: Config, *labels: str) -> str:
+    """`by (...)` with the site label first when the config names one."""
+    return "by ({})".format(", ".join(x for x in (config.cluster_label, *labels) if x))
+
+
+def _job_labels(config: Config) -> tuple[str, ...]:
+    return ("jobid", *config.jobid_labels)
+
+
+def recording_rules(config: Config) -> list[dict[str, Any]]:
+    rates = promql.Rates(config)
+    target_by = _by(config, "component", "target")
+    job_target_by = _by(config, *_job_labels(config), "component", "target")
+    job_by = _by(config, *_job_labels(config))
+    rules: list[dict[str, Any]] = []
+    for direction in ("read", "write"):
+        per_series = rates.bytes(direction, "", WINDOW)
+        # Targets with no active job still get a 0, so the 24 h average sees idle time.
+        idle = f'sum {target_by} (0 * {m.JOBSTATS_UP}{{target!=""}})'
+        rules.append(
+            {
+                "record": TARGET_BYTES,
+                "expr": f"sum {target_by} ({per_series}) or {idle}",
+                "labels": {"direction": direction},
+            }
+        )
+        rules.append(
+            {
+                "record": JOB_TARGET_BYTES,
+                "expr": f"sum {job_target_by} ({per_series})",
+                "labels": {"direction": direction},
+            }
+        )
+        rules.append(
+            {
+                "record": JOB_BYTES,
+                "expr": f"sum {job_by} ({per_series})",
+                "labels": {"direction": direction},
+            }
+        )
+    rules.append(
+        {
+            "record": JOB_WRITE_OPS,
+            "expr": f"sum {job_by} ({rates.write_ops(promql.OST, WINDOW)})",
+        }
+    )
+    rules.append(
+        {"record": JOB_METADATA_OPS, "expr": f"sum {job_by} ({rates.metadata_ops('', WINDOW)})"}
+    )
+    rules.append(
+        {"record": NODE_POWER, "expr": promql.node_power(WINDOW, site_label=config.cluster_label)}
+    )
+    rules.append(
+        {"record": JOB_POWER, "expr": promql.job_power(WINDOW, site_label=config.cluster_label)}
+    )
+    return rules
+
+
+def _window_ms(offset_seconds: int) -> str:
+    """A Go template giving the evaluation time minus offset_seconds, in ms, for Grafana."""
+    return (
+        f'{{{{ with query "(time() - {offset_seconds}) * 1000" }}}}'
+        '{{ . | first | value | printf "%.0f" }}{{ end }}'
+    )
+
+
+def _link(config: Config, uid: str, variables: dict[str, str], lookback_seconds: int) -> str:
+    """Drill-down URL with the variables and the alert's window (lookback before now, to now)."""
+    query = "&".join(
+        f"var-{name}={{{{ {value} | urlquery }}}}" for name, value in variables.items()
+    )
+    window = f"from={_window_ms(lookback_seconds)}&to={_window_ms(-300)}"
+    return f"{config.grafana_url.rstrip('/')}/d/{uid}/{uid}?{query + '&' if query else ''}{window}"
+
+
+def _seconds(duration: str) -> int:
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+    return int(sum(int(n) * units[u] for n, u in re.findall(r"(\d+)(ms|s|m|h|d|w|y)", duration)))
+
+
+def alert_rules(config: Config) -> list[dict[str, Any]]:
+    t = config.thresholds
+    matching = ", ".join(x for x in (config.cluster_label, "component", "target", "direction") if x)
+    job_matching = ", ".join(x for x in (config.cluster_label, *_job_labels(config)) if x)
+    job_by = _by(config, *_job_labels(config))
+
+    def job_link(duration: str) -> str:
+        return _link(config, JOB_UID, {"jobid": "$labels.jobid"}, _seconds(duration) + 3600)
+
+    def overview_link(duration: str, **variables: str) -> str:
+        return _link(config, OVERVIEW_UID, variables, _seconds(duration) + 3600)
+
+    return [
+        {
+            "alert": "LustreTargetIOSpike",
+            "expr": (
+                f"{TARGET_BYTES} >= {t.target_spike_factor:g} * avg_over_time({TARGET_BYTES}"
+                f"[{t.target_spike_baseline}] offset {t.target_spike_baseline_offset})\n"
+                f"and {TARGET_BYTES} >= {t.target_spike_min_bytes_per_second:g}"
+            ),
+            "for": t.target_spike_for,
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "Lustre target {{ $labels.target }}: {{ $labels.direction }} spike",
+                "description": (
+                    "{{ $labels.target }} ({{ $labels.component }}) {{ $labels.direction }}s "
+                    "{{ $value | humanize1024 }}B/s over 5 min, at least "
+                    f"{t.target_spike_factor:g}x its average over the previous 24 h. "
+                    "The jobs behind it are in the dashboard's top-jobs tables."
+                ),
+                "dashboard": overview_link(
+                    t.target_spike_for, component="$labels.component", target="$labels.target"
+                ),
+            },
+        },
+        {
+            "alert": "LustreJobDominatesTarget",
+            "expr": (
+                f"{JOB_TARGET_BYTES}\n  / on ({matching}) group_left ()\n  {TARGET_BYTES}\n"
+                f"  >= {t.job_dominates_share:g}\n"
+                f"and on ({matching})\n  {TARGET_BYTES} >= {t.job_dominates_min_bytes_per_second:g}"
+            ),
+            "for": t.job_dominates_for,
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "Job {{ $labels.jobid }} dominates {{ $labels.target }}",
+                "description": (
+                    "Job {{ $labels.jobid }} carries {{ $value | humanizePercentage }} of "
+                    "{{ $labels.target }}'s {{ $labels.direction }} throughput while the target "
+                    f"moves at least {t.job_dominates_min_bytes_per_second / MIB:g} MiB/s."
+                ),
+                "dashboard": job_link(t.job_dominates_for),
+            },
+        },
+        {
+            "alert": "LustreJobMetadataStorm",
+            "expr": f"{JOB_METADATA_OPS} >= {t.metadata_storm_ops_per_second:g}",
+            "for": t.metadata_storm_for,
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "Job {{ $labels.jobid }}: metadata storm",
+                "description": (
+                    "Job {{ $labels.jobid }} averages {{ $value | humanize }} metadata "
+                    "operations/s over 5 min, summed over all MDTs and operations (threshold "
+                    f"{t.metadata_storm_ops_per_second:g}/s)."
+                ),
+                "dashboard": job_link(t.metadata_storm_for),
+            },
+        },
+        {
+            "alert": "LustreJobSmallWrites",
+            "expr": (
+                f"{JOB_WRITE_OPS} >= {t.small_writes_ops_per_second:g}\n"
+                f"and on ({job_matching})\n"
+                f'  (sum {job_by} ({JOB_TARGET_BYTES}{{direction="write", component="ost"}})'
+                f"\n   / {JOB_WRITE_OPS} < {t.small_writes_max_mean_bytes:g})"
+            ),
+            "for": t.small_writes_for,
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "Job {{ $labels.jobid }}: many small writes",
+                "description": (
+                    "Job {{ $labels.jobid }} issues {{ $value | humanize }} writes/s to the OSTs "
+                    f"with a mean write size under {t.small_writes_max_mean_bytes / 1024:g} KiB."
+                ),
+                "dashboard": job_link(t.small_writes_for),
+            },
+        },
+        {
+            "alert": "LustreJobstatsDown",
+            "expr": (f'{m.JOBSTATS_UP} == 0\nor up{{job="{config.jobstats_scrape_job}"}} == 0'),
+            "for": t.jobstats_down_for,
+            "labels": {"severity": "critical"},
+            "annotations": {
+                "summary": "Jobstats not collected from {{ $labels.instance }}",
+                "description": (
+                    "{{ if $labels.target }}Target {{ $labels.target }} ({{ $labels.source }}) "
+                    "could not be read{{ else }}The exporter is not scraped{{ end }} on "
+                    "{{ $labels.instance }}: per-job I/O of that server is missing."
+                ),
+                "dashboard": overview_link(t.jobstats_down_for, instance="$labels.instance"),
+            },
+        },
+        {
+            "alert": "HpcmonCollectorFailing",
+            "expr": f"{m.COLLECTOR_SUCCESS} == 0",
+            "for": t.collector_failing_for,
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "Collector {{ $labels.collector }} failing on {{ $labels.instance }}",
+                "description": (
+                    "The {{ $labels.collector }} collector of {{ $labels.instance }} has failed "
+                    "at every scrape; see the exporter's log."
+                ),
+                "dashboard": overview_link(t.collector_failing_for, instance="$labels.instance"),
+            },
+        },
+        {
+            "alert": "GeopmDown",
+            "expr": f"max without (source) ({m.GEOPM_UP}) == 0",
+            "for": t.geopm_down_for,
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "No power source on {{ $labels.instance }}",
+                "description": (
+                    "Neither GEOPM nor powercap gives power and energy on {{ $labels.instance }}: "
+                    "job energy for that node is missing."
+                ),
+                "dashboard": overview_link(t.geopm_down_for, instance="$labels.instance"),
+            },
+        },
+    ]
+
+
+def rule_files(config: Config) -> dict[str, dict[str, Any]]:
+    """File name -> Prometheus rule file content."""
+    return {
+        "hpcmon-recording.yaml": {
+            "groups": [
+                {
+                    "name": "hpcmon-recording",
+                    "interval": config.rule_interval,
+                    "rules": recording_rules(config),
+                }
+            ]
+        },
+        "hpcmon-alerts.yaml": {
+            "groups": [
+                {
+                    "name": "hpcmon-alerts",
+                    "interval": config.rule_interval,
+                    "rules": alert_rules(config),
+                }
+            ]
+        },
+    }

@@ -1,0 +1,4 @@
+"""Stable dashboard uids: links in dashboards and alert annotations point at these."""
+
+OVERVIEW_UID = "hpcmon-overview"
+JOB_UID = "hpcmon-job"

@@ -1,0 +1,48 @@
+"""The exporter's metric names, in one place for the dashboards and the rules.
+
+Dashboards and alert rules are generated from these constants; a test scrapes the real exporter
+and fails when one of them is no longer exported, so a rename cannot silently empty a panel.
+"""
+
+from __future__ import annotations
+
+# Lustre jobstats, per job (labels: component, target, jobid, + jobid-pattern labels).
+JOB_READ_BYTES = "lustre_job_read_bytes_total"
+JOB_WRITE_BYTES = "lustre_job_write_bytes_total"
+JOB_READ_SAMPLES = "lustre_job_read_samples_total"
+JOB_WRITE_SAMPLES = "lustre_job_write_samples_total"
+JOB_OPERATIONS = "lustre_job_stats_total"  # + operation: every operation but read and write
+JOB_LATENCY = "lustre_job_latency_seconds_total"  # + operation: Lustre 2.14+ `usecs` entries
+JOB_READ_RATE = "lustre_job_read_bytes_per_second"  # gauge between the last two samples
+JOB_WRITE_RATE = "lustre_job_write_bytes_per_second"
+JOB_OPERATIONS_RATE = "lustre_job_operations_per_second"  # + operation
+
+# Lustre jobstats, health (labels: component, target).
+JOBSTATS_UP = "lustre_jobstats_up"  # + source
+JOBSTATS_JOBS = "lustre_jobstats_jobs"
+JOBSTATS_PARSE_ERRORS = "lustre_jobstats_parse_errors_total"
+JOBSTATS_DROPPED_SERIES = "lustre_jobstats_dropped_series_total"  # + reason
+JOBSTATS_SCRAPE_DURATION = "lustre_jobstats_scrape_duration_seconds"
+
+# Compute nodes (labels: domain, domain_index, source).
+CPU_ENERGY = "geopm_cpu_energy_joules_total"
+DRAM_ENERGY = "geopm_dram_energy_joules_total"
+GPU_ENERGY = "geopm_gpu_energy_joules_total"
+CPU_POWER = "geopm_cpu_power_watts"
+GEOPM_UP = "geopm_up"  # source
+NODE_JOB_INFO = "hpc_node_job_info"  # jobid, uid; value 1
+
+# The exporter itself (label: collector).
+COLLECTOR_SUCCESS = "hpcmon_exporter_collector_success"
+COLLECTOR_DURATION = "hpcmon_exporter_collector_duration_seconds"
+
+# Energy counters that add up to a node's power without counting a domain twice (the board
+# domain, psys, already includes the package and DRAM, so it is left out).
+NODE_ENERGY_COUNTERS = (CPU_ENERGY, DRAM_ENERGY, GPU_ENERGY)
+
+# Data operations; every other operation on an MDT counts as metadata.
+DATA_OPERATIONS = ("read", "write", "read_bytes", "write_bytes")
+
+ALL = tuple(
+    value for name, value in sorted(globals().items()) if name.isupper() and isinstance(value, str)
+)

@@ -1,0 +1,123 @@
+"""A small live site for dashboard and rule tests: the real exporter on replayed Lustre captures
+(with one job in an I/O storm), a powercap tree whose counters advance, a Slurm jobs directory,
+a broken exporter and a dead target, all scraped by a real Prometheus with the generated rules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from exporter.replay import load_sections, render, write_atomically
+from hpcmon.servers import ExporterProcess, Prometheus, free_port, run_exporter, run_prometheus
+from tests.test_geopm_helpers import write_zone
+from tests.test_geopm_integration import START_UJ, EnergyWriter
+
+DATA = Path(__file__).parent / "data"
+CAPTURE_GLOBS = (
+    "*public1-OST000[7d]*lustre2.12.5.txt",  # two of the six 2.12.5 OSTs: about 1,700 jobs
+    "*lustrefs-*_job_stats__lustre2.10.1.txt",
+    "*jobstats_only_2.14.0_16*.txt",
+)
+STORM_JOB = "43"  # on lustrefs-MDT0000 and lustrefs-OST0000 (Lustre 2.10.1 captures)
+SHARED_NODE_JOBS = (STORM_JOB, "1728032")  # both run on the one compute node
+JOBID_PATTERN = r"(?P<exe>[A-Za-z_][\w-]*)\.(?P<uid>\d+)"  # procname_uid ids, e.g. gzip.2748
+SCRAPE_JOB = "hpcmon-jobstats"
+
+
+@dataclass
+class LiveStack:
+    prometheus: Prometheus
+    exporter: ExporterProcess
+    broken_exporter: ExporterProcess
+    job: str  # a job with Lustre I/O on OSTs and an MDT, running on the compute node
+
+
+def captures() -> list[Path]:
+    return sorted({p for pattern in CAPTURE_GLOBS for p in (DATA / "jobstats").glob(pattern)})
+
+
+class Replay(threading.Thread):
+    """Rewrites the jobstats file every 0.5 s with counters grown since the start."""
+
+    def __init__(self, out: Path, storms: dict[str, float]) -> None:
+        super().__init__(daemon=True, name="replay")
+        self.sections = load_sections(captures())
+        self.out = out
+        self.storms = storms
+        self.started = time.time()
+        self.halt = threading.Event()
+        self.tick()
+
+    def tick(self) -> None:
+        now = time.time()
+        write_atomically(self.out, render(self.sections, now - self.started, now, self.storms))
+
+    def run(self) -> None:
+        while not self.halt.wait(0.5):
+            self.tick()
+
+
+@contextlib.contextmanager
+def run_live_stack(workdir: Path, rule_files: list[str]) -> Iterator[LiveStack]:
+    jobstats = workdir / "jobstats.txt"
+    replay = Replay(jobstats, {STORM_JOB: 12_000})
+    sysfs = workdir / "sysfs"
+    zones = {zone: write_zone(sysfs, zone, f"package-{zone}", START_UJ[zone]) for zone in START_UJ}
+    write_zone(sysfs, "0:0", "dram", 1_000_000)
+    energy = EnergyWriter(zones)
+    jobs_dir = workdir / "slurm-jobs"
+    jobs_dir.mkdir()
+    for job in SHARED_NODE_JOBS:
+        (jobs_dir / job).write_text("SLURM_JOB_UID=1000\n")
+    empty_sysfs = workdir / "empty-sysfs"
+    empty_sysfs.mkdir()
+    (workdir / "broken").mkdir()
+    replay.start()
+    energy.start()
+    exporter_args = [
+        "--jobstats.source=file",
+        f"--jobstats.path={jobstats}",
+        "--jobstats.interval=1",
+        "--jobstats.max-jobs=800",  # public1-OST0007 lists 874 jobs: some are dropped
+        f"--jobstats.jobid-pattern={JOBID_PATTERN}",
+        "--collector.geopm",
+        "--geopm.backend=powercap",
+        f"--path.sysfs={sysfs}",
+        "--geopm.interval=0.5",
+        "--collector.jobs",
+        f"--jobs.dir={jobs_dir}",
+    ]
+    broken_args = [
+        "--jobstats.source=file",
+        f"--jobstats.path={workdir / 'missing' / 'jobstats.txt'}",
+        "--jobstats.interval=1",
+        "--collector.geopm",
+        "--geopm.backend=powercap",
+        f"--path.sysfs={empty_sysfs}",
+    ]
+    dead_target = f"127.0.0.1:{free_port()}"  # nothing listens there
+    try:
+        with (
+            run_exporter(exporter_args, workdir) as exporter,
+            run_exporter(broken_args, workdir / "broken") as broken,
+        ):
+            scrape = [
+                {
+                    "job_name": SCRAPE_JOB,
+                    "static_configs": [
+                        {"targets": [exporter.address, broken.address, dead_target]}
+                    ],
+                }
+            ]
+            with run_prometheus(scrape, scrape_interval="2s", rule_files=rule_files) as prom:
+                yield LiveStack(prom, exporter, broken, STORM_JOB)
+    finally:
+        replay.halt.set()
+        energy.halt.set()
+        replay.join()
+        energy.join()

@@ -1,0 +1,195 @@
+"""Every PromQL of the generated dashboards and rules returns data on a real Prometheus 2.42 that
+scrapes the real exporter (replayed captures, powercap tree, jobs directory) and evaluates the
+generated rules; every metric name they use is one the exporter exports."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import promql_parser
+import pytest
+import yaml
+
+from dashboards import config as dashboards_config
+from dashboards import generate, lint, rules
+from hpcmon import metric_names
+from hpcmon.servers import http_get
+from tests.live_stack import SCRAPE_JOB, LiveStack, run_live_stack
+
+pytestmark = pytest.mark.integration
+
+# Thresholds at which every alert holds on the live data, firing at once: each alert's
+# expression is then proven to return series on real data, not only to parse.
+LIVE_CONFIG = {
+    "jobid_labels": ["uid"],
+    "rule_interval": "1s",
+    "thresholds": {
+        "target_spike_factor": 0,
+        "target_spike_min_bytes_per_second": 0,
+        "target_spike_for": "0s",
+        "target_spike_baseline": "10m",
+        "target_spike_baseline_offset": "3s",
+        "job_dominates_share": 0.5,
+        "job_dominates_min_bytes_per_second": 0,
+        "job_dominates_for": "0s",
+        "metadata_storm_for": "0s",  # the storm job does 12,000 ops/s per operation
+        "small_writes_ops_per_second": 100,  # ... and 4 KiB writes; rate() over 5 min
+        "small_writes_for": "0s",  # of a young series is far below the 12,000/s
+        "jobstats_down_for": "0s",
+        "collector_failing_for": "0s",
+        "geopm_down_for": "0s",
+    },
+}
+# Health alerts that need a failure the live site does not have.
+NEEDS_A_FAULT = {"HpcmonCollectorFailing"}  # a collector raising: covered by promtool tests
+PROMETHEUS_OWN = {"up", "ALERTS", "scrape_duration_seconds"}
+# Exported only where the hardware has them (no GPU on the test node).
+HARDWARE_DEPENDENT = {metric_names.GPU_ENERGY}
+VALUES = {"__rate_interval": "15s", "__range": "2m", "__interval": "5s", "__interval_ms": "5000"}
+
+
+@pytest.fixture(scope="module")
+def configs(tmp_path_factory) -> dict[str, dashboards_config.Config]:
+    path = tmp_path_factory.mktemp("config") / "live.yaml"
+    path.write_text(yaml.safe_dump(LIVE_CONFIG))
+    return {"default": dashboards_config.load(None), "live": dashboards_config.load(path)}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, configs) -> Iterator[LiveStack]:
+    workdir = tmp_path_factory.mktemp("live")
+    out = workdir / "generated"
+    generate.write(configs["live"], out)
+    rule_files = [str(p) for p in sorted((out / "rules").glob("*.yaml"))]
+    with run_live_stack(workdir, rule_files) as stack:
+        prom = stack.prometheus
+        # Two samples of every job (rates), the rules evaluated, alerts firing.
+        prom.wait_for(f'{metric_names.JOB_WRITE_RATE}{{jobid="{stack.job}"}}', timeout=60)
+        prom.wait_for(rules.JOB_POWER, timeout=60)
+        prom.wait_for('ALERTS{alertname="LustreJobMetadataStorm", alertstate="firing"}', 60)
+        prom.wait_for(f"{metric_names.GEOPM_UP} == 0", timeout=30)
+        prom.wait_for(f'up{{job="{SCRAPE_JOB}"}} == 0', timeout=30)
+        yield stack
+
+
+def _queries(config: dashboards_config.Config) -> Iterator[tuple[str, str, str]]:
+    for uid, board in generate.dashboards(config).items():
+        for where, query in lint.prometheus_queries(board):
+            yield uid, where, query
+
+
+def _run(prom, query: str, values: dict[str, str]) -> list[dict]:
+    selector = lint.label_values_selector(query)
+    if selector:  # Grafana's label_values(): series of the selector carrying the label
+        expr, label = selector
+        query = f"count by ({label}) ({expr})"
+    return prom.query(lint.substitute_variables(query, values))
+
+
+@pytest.mark.parametrize("config_name", ["default", "live"])
+def test_every_dashboard_promql_returns_data(stack: LiveStack, configs, config_name) -> None:
+    prom = stack.prometheus
+    empty = []
+    count = 0
+    for uid, where, query in _queries(configs[config_name]):
+        values = dict(VALUES)
+        if uid == "hpcmon-job":
+            values["jobid"] = stack.job
+        count += 1
+        if not _run(prom, query, values):
+            empty.append(f"{uid} {where}: {lint.substitute_variables(query, values)}")
+    assert count > 20
+    assert not empty, "queries without data:\n" + "\n".join(empty)
+
+
+def test_job_dashboard_power_splits_shared_node(stack: LiveStack, configs) -> None:
+    """Two jobs on the node: each is given half of the node's power."""
+    prom = stack.prometheus
+    node = prom.query(rules.NODE_POWER)
+    jobs = prom.query(rules.JOB_POWER)
+    assert len(node) == 1 and len(jobs) == 2
+    node_watts = float(node[0]["value"][1])
+    assert node_watts > 0  # a young series' rate() is lower than the injected 180 W
+    for job in jobs:
+        assert float(job["value"][1]) == pytest.approx(node_watts / 2, rel=1e-6)
+
+
+def test_every_rule_returns_data(stack: LiveStack, configs) -> None:
+    prom = stack.prometheus
+    files = rules.rule_files(configs["live"])
+    empty = []
+    for content in files.values():
+        for rule in content["groups"][0]["rules"]:
+            name = rule.get("record") or rule["alert"]
+            if name in NEEDS_A_FAULT:
+                selector = rule["expr"].split("==")[0]
+                assert prom.query(selector), f"{name}: {selector} has no series"
+                continue
+            if not prom.query(rule["expr"]):
+                empty.append(f"{name}: {rule['expr']}")
+            if "record" in rule and not prom.query(rule["record"]):
+                empty.append(f"recorded {name}")
+    assert not empty, "rules without data:\n" + "\n".join(empty)
+    firing = {r["metric"]["alertname"] for r in prom.query('ALERTS{alertstate="firing"}')}
+    assert firing >= set(rules.ALERT_NAMES) - NEEDS_A_FAULT
+
+
+def _metric_names(expr: str) -> set[str]:
+    """Metric names a PromQL expression selects, from its syntax tree."""
+    found: set[str] = set()
+
+    def visit(node) -> None:
+        if isinstance(node, promql_parser.VectorSelector):
+            if node.name:
+                found.add(node.name)
+            for matcher in node.matchers.matchers:
+                if matcher.name == "__name__":
+                    found.update(re.split(r"\|", matcher.value))
+            return
+        for attribute in ("lhs", "rhs", "expr", "vector_selector", "param"):
+            child = getattr(node, attribute, None)
+            if child is not None and not isinstance(child, str | int | float):
+                visit(child)
+        for arg in getattr(node, "args", None) or []:
+            visit(arg)
+
+    visit(promql_parser.parse(expr))
+    return found
+
+
+def test_dashboards_and_rules_use_only_exported_metrics(stack: LiveStack, configs) -> None:
+    """Renaming a metric in the exporter breaks this test: the names the dashboards and rules
+    use come from hpcmon.metric_names, and every one of them is in the real exporter's output."""
+    exposition = b""
+    for exporter in (stack.exporter, stack.broken_exporter):
+        status, body = http_get(f"http://{exporter.address}/metrics")
+        assert status == 200
+        exposition += body
+    exported = set(re.findall(rb"^# TYPE (\S+) ", exposition, re.M))
+    exported = {name.decode() for name in exported}
+    exported |= {n + "_total" for n in exported}  # prometheus-client's counter TYPE lines
+    missing = set(metric_names.ALL) - exported - HARDWARE_DEPENDENT
+    assert not missing, f"metric names no longer exported: {missing}"
+
+    recorded = {r["record"] for r in rules.recording_rules(configs["live"])}
+    used: set[str] = set()
+    for config in configs.values():
+        for _, _, query in _queries(config):
+            selector = lint.label_values_selector(query)
+            used |= _metric_names(lint.substitute_variables(selector[0] if selector else query))
+        for content in rules.rule_files(config).values():
+            for rule in content["groups"][0]["rules"]:
+                used |= _metric_names(rule["expr"])
+    unknown = used - set(metric_names.ALL) - recorded - PROMETHEUS_OWN
+    assert not unknown, f"names outside hpcmon.metric_names: {unknown}"
+
+
+def test_grafana_variables_list_real_values(stack: LiveStack, configs) -> None:
+    board = generate.dashboards(configs["live"])["hpcmon-overview"]
+    for variable in board["templating"]["list"]:
+        if variable["type"] != "query":
+            continue
+        expr, label = lint.label_values_selector(variable["query"])
+        values = {r["metric"].get(label) for r in _run(stack.prometheus, variable["query"], {})}
+        assert values - {None, ""}, f"variable {variable['name']} lists nothing"

@@ -1,0 +1,496 @@
+"""The generated rules, proven by Prometheus' own promtool: `check rules`, and `test rules` for
+every alert (fires on a spike, silent just below its threshold, resolves), the same alerts from
+the exporter's counters (rate) and from its per-second gauges (avg_over_time), and the energy
+attribution rule for nodes shared by several jobs."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dashboards import config as dashboards_config
+from dashboards import generate, rules
+from dashboards.config import GIB, MIB
+
+PROMTOOL = shutil.which("promtool")
+pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (make servers)")
+
+MINUTE = 60
+JOBSTATS = 'instance="oss1:19325", job="hpcmon-jobstats"'
+DASHBOARD = "http://localhost:3000/d"
+
+
+def _promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [PROMTOOL, *args], cwd=cwd, capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def _write_rules(tmp_path: Path, config: dashboards_config.Config) -> list[str]:
+    out = tmp_path / "generated"
+    generate.write(config, out)
+    return [str(p) for p in sorted((out / "rules").glob("*.yaml"))]
+
+
+class Series:
+    """Input series of a promtool test from per-minute rates: the exporter's counter (value
+    accumulated at each minute) and its gauge (the rate itself), as the exporter shows both."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, str]] = []
+
+    def add(self, name: str, labels: str, values: list[float]) -> None:
+        text = " ".join(f"{v:.10g}" for v in values)
+        self.items.append({"series": f"{name}{{{labels}}}", "values": text})
+
+    def rate(self, counter: str, gauge: str, labels: str, rates: list[float], **gauge_labels):
+        total, counts = 0.0, []
+        for per_second in rates:
+            counts.append(total)
+            total += per_second * MINUTE
+        self.add(counter, labels, counts)
+        extra = "".join(f', {k}="{v}"' for k, v in gauge_labels.items())
+        self.add(gauge, labels + extra, rates)
+
+
+def profile(*segments: tuple[float, int]) -> list[float]:
+    """(rate, minutes) segments, one value per minute."""
+    return [rate for rate, minutes in segments for _ in range(minutes)]
+
+
+def _bytes(series: Series, direction: str, labels: str, rates: list[float]) -> None:
+    series.rate(
+        f"lustre_job_{direction}_bytes_total",
+        f"lustre_job_{direction}_bytes_per_second",
+        labels,
+        rates,
+    )
+
+
+def _link(uid: str, query: str, start: int, lookback: int) -> str:
+    """The alert's drill-down URL as the template renders it at time `start` (seconds)."""
+    return (
+        f"{DASHBOARD}/{uid}/{uid}?{query}&from={(start - lookback) * 1000}"
+        f"&to={(start + 300) * 1000}"
+    )
+
+
+def _run(tmp_path: Path, config: dashboards_config.Config, tests: list[dict]) -> None:
+    files = _write_rules(tmp_path, config)
+    unit = {"rule_files": files, "evaluation_interval": "1m", "tests": tests}
+    path = tmp_path / "unit.yaml"
+    path.write_text(yaml.safe_dump(unit, sort_keys=False, width=1000))
+    result = _promtool("test", "rules", str(path), cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+CONFIGS = {
+    "counters": dashboards_config.Config(),
+    "gauges": dashboards_config.Config(rates_from="gauges"),
+}
+
+
+@pytest.fixture(params=sorted(CONFIGS))
+def config(request) -> dashboards_config.Config:
+    return CONFIGS[request.param]
+
+
+def test_promtool_check_rules_default_and_custom(tmp_path: Path) -> None:
+    custom = dashboards_config.replace(
+        dashboards_config.Config(),
+        cluster_label="cluster",
+        jobid_labels=("uid", "exe"),
+        rates_from="gauges",
+    )
+    for index, config in enumerate([dashboards_config.Config(), custom]):
+        files = _write_rules(tmp_path / str(index), config)
+        result = _promtool("check", "rules", *files, cwd=tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "SUCCESS: 10 rules found" in result.stdout  # recording
+        assert "SUCCESS: 7 rules found" in result.stdout  # alerts
+
+
+def test_promtool_check_rules_catches_a_broken_rule(tmp_path: Path) -> None:
+    """The check is real: a rule file with a syntax error fails it."""
+    files = _write_rules(tmp_path, dashboards_config.Config())
+    broken = Path(files[0])
+    broken.write_text(broken.read_text().replace("expr: ", "expr: sum(", 1))
+    assert _promtool("check", "rules", *files, cwd=tmp_path).returncode != 0
+
+
+def test_target_io_spike(tmp_path: Path, config) -> None:
+    """25 h at 100 MiB/s, then 15 min at a spike, then back. The spike to 1.5 GiB/s fires;
+    0.99 GiB/s (>= 4x but under 1 GiB/s) and 1.5 GiB/s on a 400 MiB/s baseline (3.75x) stay
+    silent; all resolve once the spike is over."""
+    base_minutes = 25 * 60
+    series = Series()
+    targets = {
+        "fs-OST0000": (100 * MIB, 1.5 * GIB),
+        "fs-OST0001": (100 * MIB, 0.99 * GIB),
+        "fs-OST0002": (400 * MIB, 1.5 * GIB),
+    }
+    for target, (base, spike) in targets.items():
+        labels = f'{JOBSTATS}, component="ost", target="{target}", jobid="1"'
+        _bytes(series, "write", labels, profile((base, base_minutes), (spike, 15), (base, 30)))
+        series.add(
+            "lustre_jobstats_up",
+            f'{JOBSTATS}, component="ost", target="{target}", source="lctl"',
+            [1] * (base_minutes + 45),
+        )
+    fire_at = base_minutes + 13  # 5 min window + 5 min for + margin
+    description = (
+        "fs-OST0000 (ost) writes 1.5GiB/s over 5 min, at least 4x its average over the "
+        "previous 24 h. The jobs behind it are in the dashboard's top-jobs tables."
+    )
+    expected = {
+        "exp_labels": {
+            "severity": "warning",
+            "component": "ost",
+            "target": "fs-OST0000",
+            "direction": "write",
+        },
+        "exp_annotations": {
+            "summary": "Lustre target fs-OST0000: write spike",
+            "description": description,
+            "dashboard": _link(
+                "hpcmon-overview",
+                "var-component=ost&var-target=fs-OST0000",
+                fire_at * MINUTE,
+                3600 + 300,
+            ),
+        },
+    }
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": series.items,
+            "alert_rule_test": [
+                {"eval_time": f"{base_minutes - 10}m", "alertname": "LustreTargetIOSpike"},
+                {
+                    "eval_time": f"{fire_at}m",
+                    "alertname": "LustreTargetIOSpike",
+                    "exp_alerts": [expected],
+                },
+                {"eval_time": f"{base_minutes + 35}m", "alertname": "LustreTargetIOSpike"},
+            ],
+        }
+    ]
+    _run(tmp_path, config, tests)
+
+
+def test_job_dominates_target(tmp_path: Path, config) -> None:
+    """90% of 500 MiB/s fires; 79.8% of 500 MiB/s and 90% of 495 MiB/s stay silent."""
+    series = Series()
+    jobs = {  # target: (dominant job rate, other job rate), MiB/s
+        "fs-OST0000": (450, 50),
+        "fs-OST0001": (399, 101),
+        "fs-OST0002": (445.5, 49.5),
+    }
+    for target, (big, small) in jobs.items():
+        for jobid, rate in (("big", big), ("small", small)):
+            labels = f'{JOBSTATS}, component="ost", target="{target}", jobid="{jobid}-{target}"'
+            _bytes(series, "read", labels, profile((0, 5), (rate * MIB, 20), (0, 20)))
+    fire_at = 5 + 17
+    expected = {
+        "exp_labels": {
+            "severity": "warning",
+            "component": "ost",
+            "target": "fs-OST0000",
+            "direction": "read",
+            "jobid": "big-fs-OST0000",
+        },
+        "exp_annotations": {
+            "summary": "Job big-fs-OST0000 dominates fs-OST0000",
+            "description": (
+                "Job big-fs-OST0000 carries 90% of fs-OST0000's read throughput while the "
+                "target moves at least 500 MiB/s."
+            ),
+            "dashboard": _link(
+                "hpcmon-job", "var-jobid=big-fs-OST0000", fire_at * MINUTE, 3600 + 600
+            ),
+        },
+    }
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": series.items,
+            "alert_rule_test": [
+                {"eval_time": "12m", "alertname": "LustreJobDominatesTarget"},  # pending
+                {
+                    "eval_time": f"{fire_at}m",
+                    "alertname": "LustreJobDominatesTarget",
+                    "exp_alerts": [expected],
+                },
+                {"eval_time": "40m", "alertname": "LustreJobDominatesTarget"},
+            ],
+        }
+    ]
+    _run(tmp_path, config, tests)
+
+
+def _operations(series: Series, labels: str, operation: str, rates: list[float]) -> None:
+    series.rate(
+        "lustre_job_stats_total",
+        "lustre_job_operations_per_second",
+        f'{labels}, operation="{operation}"',
+        rates,
+    )
+
+
+def test_job_metadata_storm(tmp_path: Path, config) -> None:
+    """10,000 operations/s summed over two MDTs and two operations fires; 9,999/s does not;
+    reads and writes on the MDT are not metadata."""
+    series = Series()
+    parts = {  # job: [(mdt, operation, ops/s)]
+        "storm": [
+            ("MDT0000", "open", 3000),
+            ("MDT0000", "getattr", 3000),
+            ("MDT0001", "open", 4000),
+        ],
+        "busy": [("MDT0000", "open", 5000), ("MDT0001", "unlink", 4999)],
+        "data": [("MDT0000", "open", 9000), ("MDT0000", "read", 5000)],
+    }  # fmt: skip
+    for job, items in parts.items():
+        for mdt, operation, rate in items:
+            labels = f'{JOBSTATS}, component="mdt", target="fs-{mdt}", jobid="{job}"'
+            _operations(series, labels, operation, profile((0, 3), (rate, 25), (0, 20)))
+    fire_at = 3 + 17
+    expected = {
+        "exp_labels": {"severity": "warning", "jobid": "storm"},
+        "exp_annotations": {
+            "summary": "Job storm: metadata storm",
+            "description": (
+                "Job storm averages 10k metadata operations/s over 5 min, summed over all MDTs "
+                "and operations (threshold 10000/s)."
+            ),
+            "dashboard": _link("hpcmon-job", "var-jobid=storm", fire_at * MINUTE, 3600 + 600),
+        },
+    }
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": series.items,
+            "alert_rule_test": [
+                {
+                    "eval_time": f"{fire_at}m",
+                    "alertname": "LustreJobMetadataStorm",
+                    "exp_alerts": [expected],
+                },
+                {"eval_time": "45m", "alertname": "LustreJobMetadataStorm"},
+            ],
+        }
+    ]
+    _run(tmp_path, config, tests)
+
+
+def test_job_small_writes(tmp_path: Path, config) -> None:
+    """5,000 writes/s of 60 KiB over two OSTs fires; 4,999 writes/s, or 64 KiB writes, do not."""
+    series = Series()
+    jobs = {"small": (5000, 60 * 1024), "fewer": (4999, 4096), "sized": (6000, 64 * 1024)}
+    for job, (ops, size) in jobs.items():
+        for ost in ("OST0000", "OST0001"):
+            labels = f'{JOBSTATS}, component="ost", target="fs-{ost}", jobid="{job}"'
+            shape = ((0, 3), (ops / 2, 30), (0, 25))
+            series.rate(
+                "lustre_job_write_samples_total",
+                "lustre_job_operations_per_second",
+                labels,
+                profile(*shape),
+                operation="write",
+            )
+            _bytes(series, "write", labels, [r * size for r in profile(*shape)])
+    fire_at = 3 + 22
+    expected = {
+        "exp_labels": {"severity": "warning", "jobid": "small"},
+        "exp_annotations": {
+            "summary": "Job small: many small writes",
+            "description": (
+                "Job small issues 5k writes/s to the OSTs with a mean write size under 64 KiB."
+            ),
+            "dashboard": _link("hpcmon-job", "var-jobid=small", fire_at * MINUTE, 3600 + 900),
+        },
+    }
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": series.items,
+            "alert_rule_test": [
+                {"eval_time": "15m", "alertname": "LustreJobSmallWrites"},  # still pending
+                {
+                    "eval_time": f"{fire_at}m",
+                    "alertname": "LustreJobSmallWrites",
+                    "exp_alerts": [expected],
+                },
+                {"eval_time": "55m", "alertname": "LustreJobSmallWrites"},
+            ],
+        }
+    ]
+    _run(tmp_path, config, tests)
+
+
+def test_health_alerts(tmp_path: Path) -> None:
+    """A target down 6 min and an unscraped exporter fire LustreJobstatsDown, 4 min does not;
+    a collector failing 11 min fires, 9 min does not; a node with no working power source
+    fires GeopmDown, one with powercap working while geopmdpy is absent does not."""
+    series = Series()
+    down = lambda minutes: [1] * 5 + [0] * minutes + [1] * (40 - minutes)  # noqa: E731
+    series.add(
+        "lustre_jobstats_up",
+        f'{JOBSTATS}, component="ost", target="fs-OST0000", source="lctl"',
+        down(6),
+    )
+    series.add(
+        "lustre_jobstats_up",
+        f'{JOBSTATS}, component="ost", target="fs-OST0001", source="lctl"',
+        down(4),
+    )
+    series.add("up", 'instance="oss2:19325", job="hpcmon-jobstats"', down(6))
+    series.add("up", 'instance="other:9100", job="node"', down(20))
+    series.add(
+        "hpcmon_exporter_collector_success", 'instance="n1:19325", collector="geopm"', down(12)
+    )
+    series.add(
+        "hpcmon_exporter_collector_success", 'instance="n2:19325", collector="geopm"', down(9)
+    )
+    for node, geopmdpy, powercap in (("n1:19325", 0, 0), ("n2:19325", 0, 1)):
+        series.add("geopm_up", f'instance="{node}", source="geopmdpy"', [geopmdpy] * 45)
+        series.add("geopm_up", f'instance="{node}", source="powercap"', [powercap] * 45)
+
+    def alert(labels: dict[str, str], summary: str, description: str, link: str) -> dict:
+        return {
+            "exp_labels": labels,
+            "exp_annotations": {"summary": summary, "description": description, "dashboard": link},
+        }
+
+    overview = "hpcmon-overview"
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": series.items,
+            "alert_rule_test": [
+                {
+                    "eval_time": "10m",
+                    "alertname": "LustreJobstatsDown",
+                    "exp_alerts": [
+                        alert(
+                            {
+                                "severity": "critical",
+                                "component": "ost",
+                                "target": "fs-OST0000",
+                                "source": "lctl",
+                                "instance": "oss1:19325",
+                                "job": "hpcmon-jobstats",
+                            },
+                            "Jobstats not collected from oss1:19325",
+                            "Target fs-OST0000 (lctl) could not be read on oss1:19325: per-job "
+                            "I/O of that server is missing.",
+                            _link(overview, "var-instance=oss1%3A19325", 600, 3600 + 300),
+                        ),
+                        alert(
+                            {
+                                "severity": "critical",
+                                "instance": "oss2:19325",
+                                "job": "hpcmon-jobstats",
+                            },
+                            "Jobstats not collected from oss2:19325",
+                            "The exporter is not scraped on oss2:19325: per-job I/O of that "
+                            "server is missing.",
+                            _link(overview, "var-instance=oss2%3A19325", 600, 3600 + 300),
+                        ),
+                    ],
+                },
+                {"eval_time": "30m", "alertname": "LustreJobstatsDown"},
+                {"eval_time": "14m", "alertname": "HpcmonCollectorFailing"},  # 9 min: silent
+                {
+                    "eval_time": "16m",
+                    "alertname": "HpcmonCollectorFailing",
+                    "exp_alerts": [
+                        alert(
+                            {"severity": "warning", "instance": "n1:19325", "collector": "geopm"},
+                            "Collector geopm failing on n1:19325",
+                            "The geopm collector of n1:19325 has failed at every scrape; see the "
+                            "exporter's log.",
+                            _link(overview, "var-instance=n1%3A19325", 960, 3600 + 600),
+                        )
+                    ],
+                },
+                {"eval_time": "30m", "alertname": "HpcmonCollectorFailing"},
+                {
+                    "eval_time": "12m",
+                    "alertname": "GeopmDown",
+                    "exp_alerts": [
+                        alert(
+                            {"severity": "warning", "instance": "n1:19325"},
+                            "No power source on n1:19325",
+                            "Neither GEOPM nor powercap gives power and energy on n1:19325: job "
+                            "energy for that node is missing.",
+                            _link(overview, "var-instance=n1%3A19325", 720, 3600 + 600),
+                        )
+                    ],
+                },
+            ],
+        }
+    ]
+    _run(tmp_path, dashboards_config.Config(), tests)
+
+
+def test_job_power_splits_shared_nodes(tmp_path: Path) -> None:
+    """The energy attribution rule: node A (300 W) runs jobs 1 and 2, node B (100 W) runs job 2
+    alone, so job 1 gets 150 W and job 2 gets 150 + 100 W; a job that leaves gives its share
+    back. (The old `power * on(instance) group_left(jobid) hpc_node_job_info` failed here
+    with many-to-many matching.)"""
+    series = Series()
+    for node, watts in (("a:19325", 300.0), ("b:19325", 100.0)):
+        # CPU and DRAM (64 W) counters make the node's power; the board domain is not counted.
+        series.add(
+            "geopm_cpu_energy_joules_total",
+            f'instance="{node}", domain="package", domain_index="0", source="powercap"',
+            [(watts - 64) * MINUTE * i for i in range(40)],
+        )
+        series.add(
+            "geopm_dram_energy_joules_total",
+            f'instance="{node}", domain="package", domain_index="0", source="powercap"',
+            [64 * MINUTE * i for i in range(40)],
+        )
+        series.add(
+            "geopm_board_energy_joules_total",
+            f'instance="{node}", domain="board", domain_index="0", source="powercap"',
+            [watts * 2 * MINUTE * i for i in range(40)],
+        )
+    series.add("hpc_node_job_info", 'instance="a:19325", jobid="1", uid="1000"', [1] * 20)
+    series.add("hpc_node_job_info", 'instance="a:19325", jobid="2", uid="1000"', [1] * 40)
+    series.add("hpc_node_job_info", 'instance="b:19325", jobid="2", uid="1000"', [1] * 40)
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": series.items,
+            "promql_expr_test": [
+                {
+                    "expr": rules.JOB_POWER,
+                    "eval_time": "10m",
+                    "exp_samples": [
+                        {"labels": f'{rules.JOB_POWER}{{jobid="1"}}', "value": 150},
+                        {"labels": f'{rules.JOB_POWER}{{jobid="2"}}', "value": 250},
+                    ],
+                },
+                {
+                    "expr": rules.JOB_POWER,
+                    "eval_time": "35m",  # job 1 has left node a
+                    "exp_samples": [{"labels": f'{rules.JOB_POWER}{{jobid="2"}}', "value": 400}],
+                },
+                {
+                    "expr": rules.NODE_POWER,
+                    "eval_time": "10m",
+                    "exp_samples": [
+                        {"labels": f'{rules.NODE_POWER}{{instance="a:19325"}}', "value": 300},
+                        {"labels": f'{rules.NODE_POWER}{{instance="b:19325"}}', "value": 100},
+                    ],
+                },
+            ],
+        }
+    ]
+    _run(tmp_path, dashboards_config.Config(), tests)
