@@ -297,9 +297,9 @@ def test_group_mode_init_container_lets_the_exporter_read_energy(node: Path) -> 
     assert len(after.samples) == len(ZONES)
 
 
-def scrape_config(endpoint: dict[str, Any], job: str, target: str, node_name: str, **auth) -> dict:
-    """What prometheus-operator makes of a ServiceMonitor endpoint, for one discovered pod:
-    scheme, path, TLS, basic auth and the relabelings, with the pod's metadata as labels."""
+def scrape_config(endpoint: dict[str, Any], job: str, target: str, meta: dict, **auth) -> dict:
+    """What prometheus-operator makes of a ServiceMonitor endpoint, for one discovered target:
+    scheme, path, TLS, basic auth and the relabelings, with its discovery metadata as labels."""
     relabelings = [
         {
             "source_labels": rule["sourceLabels"],
@@ -314,9 +314,7 @@ def scrape_config(endpoint: dict[str, Any], job: str, target: str, node_name: st
         "job_name": job,
         "scheme": endpoint["scheme"],
         "metrics_path": endpoint["path"],
-        "static_configs": [
-            {"targets": [target], "labels": {"__meta_kubernetes_pod_node_name": node_name}}
-        ],
+        "static_configs": [{"targets": [target], "labels": meta}],
         "relabel_configs": relabelings,
     }
     if "tlsConfig" in endpoint:
@@ -368,7 +366,7 @@ def test_prometheus_scrapes_the_tls_pod_the_way_the_servicemonitor_says(
             endpoint,
             job,
             exporter.address,
-            "node01",
+            {"__meta_kubernetes_pod_node_name": "node01"},
             ca_file=str(secret / "tls.crt"),
             username="prometheus",
             password=password,
@@ -380,6 +378,35 @@ def test_prometheus_scrapes_the_tls_pod_the_way_the_servicemonitor_says(
         assert up["metric"]["instance"] == "node01"  # the ServiceMonitor's relabeling
         prometheus.wait_for(f'geopm_up{{job="{job}",source="powercap"}} == 1', timeout=60)
         prometheus.wait_for('up{job="wrong-password"} == 0', timeout=60)
+
+
+@pytest.mark.integration
+def test_external_hosts_are_named_by_their_hostname_under_the_rules_job(
+    node: Path, tmp_path: Path, prometheus_factory
+) -> None:
+    case = "external-hosts-values.yaml"
+    objects = render(case_values(case))
+    (monitor,) = of_kind(objects, "ServiceMonitor")
+    (service,) = of_kind(objects, "Service")
+    job = service["metadata"]["labels"][monitor["spec"]["jobLabel"]]
+    (slice_,) = [s for s in of_kind(objects, "EndpointSlice") if s["addressType"] == "IPv4"]
+    hostname = slice_["endpoints"][0]["hostname"]
+    endpoint = monitor["spec"]["endpoints"][0]
+    # The exporter of a Lustre server outside Kubernetes, played by a Lustre pod's command.
+    with run_exporter(
+        exporter_args(daemonset("lustre-servers-values.yaml", "lustre"), node), tmp_path
+    ) as exporter:
+        configs = [
+            scrape_config(endpoint, job, exporter.address, {meta: hostname}) | {"job_name": role}
+            for role, meta in (
+                ("endpoints", "__meta_kubernetes_endpoint_hostname"),
+                ("endpointslice", "__meta_kubernetes_endpointslice_endpoint_hostname"),
+            )
+        ]
+        prometheus = prometheus_factory(configs)
+        found = prometheus.wait_for("up == 1", timeout=60, min_results=2)
+    assert {series["metric"]["instance"] for series in found} == {hostname}
+    assert job == "hpcmon-jobstats"  # what the generated rules' up{job=...} expects
 
 
 @pytest.mark.integration
