@@ -8,6 +8,7 @@ import math
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -358,3 +359,17 @@ def test_session_document_cut_inside_its_statistics_is_reported() -> None:
         f"{FAKE}: document at line 1: signal 'CPU_FREQUENCY_STATUS' "
         "lacks mean, std (truncated report?)"
     ]
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(FIXTURE_TEXT) if "\nhost: " in FIXTURE_TEXT[n]
+                                  or FIXTURE_TEXT[n].startswith("host: ")])  # fmt: skip
+def test_session_report_cut_inside_a_host_section_is_reported(name: str) -> None:
+    """``host: `` with nothing after it (the file ends there): one clear line, never a silent
+    exit 0 with fewer points."""
+    text = FIXTURE_TEXT[name]
+    starts = [i for i in range(len(text)) if text.startswith("host: ", i)]
+    assert starts
+    for start in starts:
+        result = parse_report_text(text[: start + len("host: ")], FAKE)
+        assert any("'host:' without a name" in error for error in result.errors), start
+        assert_clear_errors(result.errors, str(FAKE))

@@ -540,6 +540,10 @@ def _parse_session_yaml(lines: list[str], path: Path, problems: _Problems) -> li
                 if session.host:  # a second document without '---'
                     close(lineno)
                 session.host = unquote(value)
+                if not session.host:
+                    problems.add(
+                        "'host:' without a name (report cut inside a host section?)", lineno
+                    )
             elif key == "sample-time-first":
                 session.sample_time_first = unquote(value)
             elif not in_metrics:
