@@ -368,9 +368,19 @@ def make_server(
                 if accepts_gzip(self.headers.get("Accept-Encoding")):
                     parts = gzip_parts(parts)
                     headers["Content-Encoding"] = "gzip"
+            length = plain_length(parts)
+            log.debug(
+                "%s %s -> %d, %d bytes, %s (%s)",
+                self.client_address[0],
+                self.path,
+                code,
+                length,
+                headers.get("Content-Encoding", "identity"),
+                self.headers.get("User-Agent", "no user agent"),
+            )
             self.send_response(code)
             self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(plain_length(parts)))
+            self.send_header("Content-Length", str(length))
             for key, value in headers.items():
                 self.send_header(key, value)
             self.end_headers()
