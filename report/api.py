@@ -182,7 +182,7 @@ def top_files(job: JobData, n: int = 10) -> list[dict]:
                 {
                     "module": module,
                     "file": table.files[i] or table.record_ids[i],
-                    "rank": int(table.col("rank")[i]),
+                    "rank": int(np.nan_to_num(table.col("rank")[i], nan=-1)),
                     "bytes_read": float(np.nan_to_num(table.col("bytes_read")[i])),
                     "bytes_written": float(np.nan_to_num(table.col("bytes_written")[i])),
                 }
@@ -198,12 +198,13 @@ def bytes_per_rank(job: JobData) -> dict[int, float]:
         return {}
     ranks = posix.col("rank")
     moved = np.nan_to_num(posix.col("bytes_read") + posix.col("bytes_written"))
-    own = ranks >= 0
+    own = (ranks >= 0) & (ranks < 2**31)
     if not own.any():
         return {}
-    keys = ranks[own].astype(np.int64)
-    totals = np.bincount(keys, weights=moved[own])
-    return {int(r): float(totals[r]) for r in np.unique(keys)}
+    keys, inverse = np.unique(ranks[own].astype(np.int64), return_inverse=True)
+    totals = np.zeros(len(keys))
+    np.add.at(totals, inverse, moved[own])
+    return {int(k): float(v) for k, v in zip(keys, totals, strict=True)}
 
 
 def grafana_link(job: JobData, sources: Sources) -> str | None:

@@ -113,7 +113,9 @@ class DarshanData:
     source: str = ""  # "influxdb points" or "darshan log"
 
     def total(self, attribute: str) -> float:
-        return sum(getattr(self.modules[m], attribute) for m in self.counted_modules)
+        return sum(
+            getattr(self.modules[m], attribute) for m in self.counted_modules if m in self.modules
+        )
 
 
 @dataclass

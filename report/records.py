@@ -55,11 +55,32 @@ def _num(row: dict, name: str) -> float:
         return np.nan
 
 
+def _finite(values: Iterable[float], default: float = 0.0) -> float:
+    """The largest finite value, or default: hostile rows carry NaN, inf or text."""
+    found = [v for v in values if np.isfinite(v)]
+    return max(found) if found else default
+
+
+def _int(value, default: int = 0, limit: int = 2**62) -> int:
+    number = _num({"v": value}, "v")
+    if not np.isfinite(number) or abs(number) > limit:
+        return default
+    return int(number)
+
+
+MAX_BINS = 1_000_000  # more heatmap bins than any Darshan log holds: a damaged point
+
+
+def _round(value: float) -> float:
+    """Nearest integer count, NaN when unknown or not finite (never raises)."""
+    return float(np.rint(value)) if np.isfinite(value) else np.nan
+
+
 def _count(row: dict, reasons: dict[str, str], moved: str, size: str, none_reason: str) -> float:
     """Operations from bytes / average size; 0 when the signal is NA for having none."""
     average = _num(row, size)
     if average > 0:
-        return round(_num(row, moved) / average)
+        return _round(_num(row, moved) / average)
     if reasons.get(size) == none_reason:
         return 0.0
     return np.nan
@@ -68,7 +89,7 @@ def _count(row: dict, reasons: dict[str, str], moved: str, size: str, none_reaso
 def _ratio_count(row: dict, reasons: dict[str, str], ratio: str, ops: float) -> float:
     value = _num(row, ratio)
     if not np.isnan(value):
-        return round(value * ops) if not np.isnan(ops) else np.nan
+        return _round(value * ops)
     if ops == 0 or reasons.get(ratio) in ("no_reads", "no_writes", "no_io"):
         return 0.0
     return np.nan
@@ -120,10 +141,12 @@ def darshan_from_rows(rows: Rows) -> DarshanData | None:
     data = DarshanData(logs=len(jobs), source="InfluxDB points")
     starts = [_num(j, "start_time") for j in jobs]
     ends = [_num(j, "end_time") for j in jobs]
-    data.start = float(np.nanmin(starts)) if not np.all(np.isnan(starts)) else None
-    data.end = float(np.nanmax(ends)) if not np.all(np.isnan(ends)) else None
-    data.runtime = max(_num(j, "runtime") for j in jobs)
-    data.nprocs = int(max(_num(j, "nprocs") for j in jobs))
+    data.start = -_finite([-v for v in starts], default=np.nan)
+    data.end = _finite(ends, default=np.nan)
+    if not (np.isfinite(data.start) and np.isfinite(data.end)):
+        data.start = data.end = None
+    data.runtime = max(_finite(_num(j, "runtime") for j in jobs), 0.0)
+    data.nprocs = max(_int(_finite(_num(j, "nprocs") for j in jobs), limit=2**31), 0)
     data.exe = str(jobs[0].get("exe", ""))
     for job in jobs:
         data.counted_modules.update(m for m in str(job.get("counted_modules", "")).split(",") if m)
@@ -135,7 +158,7 @@ def darshan_from_rows(rows: Rows) -> DarshanData | None:
         totals.bytes_written += np.nan_to_num(_num(row, "total_bytes_written"))
         totals.reads += np.nan_to_num(_num(row, "total_reads"))
         totals.writes += np.nan_to_num(_num(row, "total_writes"))
-        totals.records += int(np.nan_to_num(_num(row, "records")))
+        totals.records += max(_int(row.get("records"), limit=2**40), 0)
         totals.time_by_slowest += np.nan_to_num(_num(row, "agg_time_by_slowest"))
     by_module: dict[str, list[dict]] = defaultdict(list)
     for row in rows.get("darshan_record", []):
@@ -156,26 +179,25 @@ def darshan_from_rows(rows: Rows) -> DarshanData | None:
 def _heatmaps(rows: Rows) -> list[HeatmapSeries]:
     widths = {}
     for row in rows.get("darshan_heatmap", []):
-        key = (row.get("module"), int(row.get("time", 0)))
-        widths[key] = (_num(row, "bin_width"), int(np.nan_to_num(_num(row, "nbins"))))
+        key = (str(row.get("module")), _int(row.get("time")))
+        widths[key] = (_num(row, "bin_width"), _int(row.get("nbins"), limit=MAX_BINS))
     series = []
-    bins_by_key: dict[tuple, list[dict]] = defaultdict(list)
+    bins_by_key: dict[str, list[dict]] = defaultdict(list)
     for row in rows.get("darshan_heatmap_bin", []):
         bins_by_key[str(row.get("module"))].append(row)
     for (module, start_ns), (width, nbins) in sorted(widths.items(), key=lambda kv: kv[0][1]):
-        if not width or width <= 0 or nbins <= 0:
+        if not np.isfinite(width) or width <= 0 or nbins <= 0:
             continue
         read = np.zeros(nbins)
         write = np.zeros(nbins)
-        end_ns = start_ns + int(nbins * width * NS)
-        for row in bins_by_key.get(str(module), []):
-            t = int(row.get("time", 0))
-            if start_ns <= t < end_ns:
-                k = int(np.nan_to_num(_num(row, "bin")))
-                if 0 <= k < nbins:
-                    read[k] += np.nan_to_num(_num(row, "read_bytes"))
-                    write[k] += np.nan_to_num(_num(row, "write_bytes"))
-        series.append(HeatmapSeries(str(module), start_ns / NS, width, read, write))
+        end_ns = start_ns + nbins * width * NS
+        for row in bins_by_key.get(module, []):
+            t = _int(row.get("time"))
+            k = _int(row.get("bin"), default=-1)
+            if start_ns <= t < end_ns and 0 <= k < nbins:
+                read[k] += _finite([_num(row, "read_bytes")])
+                write[k] += _finite([_num(row, "write_bytes")])
+        series.append(HeatmapSeries(module, start_ns / NS, float(width), read, write))
     return series
 
 

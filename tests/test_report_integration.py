@@ -16,13 +16,14 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pytest
 
 from exporter.replay import load_sections, render, write_atomically
 from hpcmon.demo import POST_JOB_INPUTS
 from report.api import Sources, collect
-from report.influx import InfluxSettings
+from report.influx import InfluxSettings, read_job_rows
 from report.insights import diagnose
 from tests import servers
 from tests.test_geopm_helpers import write_zone
@@ -188,6 +189,7 @@ def test_json_report_from_real_servers(stack: dict) -> None:
     run = report_cli(stack, "--format", "json")
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)
+    jsonschema.validate(report, json.loads((ROOT / "report" / "schema.json").read_text()))
     assert report["schema_version"] == 1
     assert report["sources"] == {
         "darshan": "InfluxDB points",
@@ -247,6 +249,17 @@ def test_io_phase_and_energy_rules_on_real_series(stack: dict) -> None:
     before = {i.id for i in diagnose(_aligned(stack, stack["start"] + 1, stack["start"] + 3))[0]}
     assert "io_phase_target_spike" not in before
     assert "energy_waiting_io" not in before
+
+
+def test_v2_compatibility_query_path_reads_the_same_rows(stack: dict, monkeypatch) -> None:
+    """--influx.url/org/bucket go through the 1.x-compatible /query with a token header;
+    InfluxDB 1.6.7 (auth off) answers it like a 2.x bucket with its DBRP mapping would."""
+    monkeypatch.setenv("INFLUX_TOKEN", "a-token")
+    v1 = read_job_rows(InfluxSettings(v1_url=stack["influx"].url, database="hpcmon"), JOB)
+    v2 = read_job_rows(
+        InfluxSettings(v2_url=stack["influx"].url, org="o", bucket="hpcmon"), JOB, "test"
+    )
+    assert v1 == v2 and len(v2["darshan_record"]) > 100
 
 
 def test_missing_sources_are_said(tmp_path: Path) -> None:
