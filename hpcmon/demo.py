@@ -1,7 +1,9 @@
-"""`make demo`: the exporter on replayed real jobstats captures, scraped by a real Prometheus,
-with a live terminal view of the top jobs queried through Prometheus' HTTP API; first, the
-post-job hook ingests a finished job's bundled Darshan, Recorder, VizTracer and GEOPM data into
-a real InfluxDB 1.6.7 and the demo reads it back with InfluxQL.
+"""`make demo`: the exporter on replayed real jobstats captures, scraped by a real Prometheus
+that evaluates the generated alert and recording rules, with a live terminal view of the top
+jobs and the firing alerts queried through Prometheus' HTTP API; first, the post-job hook
+ingests a finished job's bundled Darshan, Recorder, VizTracer and GEOPM data into a real
+InfluxDB 1.6.7 and the demo reads it back with InfluxQL. The Grafana dashboards, rules and
+provisioning files are generated into the work directory (no Grafana server runs here).
 
 Everything it starts (InfluxDB, replay, exporter, Prometheus) is stopped on Ctrl-C or after
 --duration.
@@ -18,6 +20,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import yaml
+
+from dashboards import config as dashboards_config
+from dashboards import generate as dashboards_generate
+from dashboards import rules as dashboards_rules
 from exporter.replay import load_sections, render, write_atomically
 from hpcmon.servers import (
     InfluxDB1,
@@ -34,6 +41,30 @@ CAPTURE_GLOBS = (
     "*public1-OST*lustre2.12.5.txt",
     "*lustrefs-*_job_stats__lustre2.10.1.txt",
     "*jobstats_only_2.14.0_16*.txt",
+)
+
+# One real job id of the 2.10.1 captures replays an I/O storm: 50,000 extra operations per
+# second on each of its operations (4 KiB reads and writes), so that alerts fire in the demo.
+STORM_JOB = "43"
+STORM_OPS_PER_SECOND = 50_000
+# The default thresholds, with `for` shortened so that the demo shows alerts within a minute.
+DEMO_RULES_CONFIG = {
+    "rule_interval": "2s",
+    "thresholds": {
+        name: "10s"
+        for name in (
+            "target_spike_for",
+            "job_dominates_for",
+            "metadata_storm_for",
+            "small_writes_for",
+            "jobstats_down_for",
+            "collector_failing_for",
+            "geopm_down_for",
+        )
+    },
+}
+ALERTS_QUERY = 'ALERTS{{alertstate="firing", alertname=~"{}"}}'.format(
+    "|".join(dashboards_rules.ALERT_NAMES)
 )
 
 PANELS = (
@@ -80,7 +111,30 @@ def _view(prom: Prometheus) -> str:
             jobid = row["metric"].get("jobid", "?")
             lines.append(f"   {_human(float(row['value'][1]), unit)}   {jobid}")
         lines.append("")
+    lines.append("== Firing alerts ==")
+    try:
+        alerts = prom.query(ALERTS_QUERY)
+    except (RuntimeError, OSError) as exc:
+        alerts = []
+        lines.append(f"   query failed: {exc}")
+    if not alerts:
+        lines.append("   (none yet: rules need a few evaluations)")
+    for alert in sorted(alerts, key=lambda a: sorted(a["metric"].items())):
+        labels = alert["metric"]
+        where = " ".join(
+            f"{key}={labels[key]}" for key in ("jobid", "target", "direction") if key in labels
+        )
+        lines.append(f"   {labels['alertname']:<26} {where}")
     return "\n".join(lines)
+
+
+def _generate_dashboards(workdir: Path) -> Path:
+    """Dashboards, rules and provisioning as `hpcmon-dashboards generate` writes them."""
+    config_path = workdir / "dashboards-config.yaml"
+    config_path.write_text(yaml.safe_dump(DEMO_RULES_CONFIG, sort_keys=False))
+    out = workdir / "generated"
+    dashboards_generate.write(dashboards_config.load(config_path), out)
+    return out
 
 
 DATA = ROOT / "tests" / "data"
@@ -194,14 +248,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     jobstats_file = args.workdir / "jobstats.txt"
     sections = load_sections(_captures())
     started = time.time()
-    write_atomically(jobstats_file, render(sections, 0.0, started))
+    storms = {STORM_JOB: STORM_OPS_PER_SECOND}
+    write_atomically(jobstats_file, render(sections, 0.0, started, storms))
+    generated = _generate_dashboards(args.workdir)
 
     stop = threading.Event()
 
     def replay() -> None:
         while not stop.wait(2.0):
             now = time.time()
-            write_atomically(jobstats_file, render(sections, now - started, now))
+            write_atomically(jobstats_file, render(sections, now - started, now, storms))
 
     threading.Thread(target=replay, daemon=True, name="replay").start()
 
@@ -214,13 +270,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         with (
             run_exporter(exporter_args, args.workdir) as exporter,
             run_influxdb1() as influx,
-            run_prometheus(_scrape_config(exporter.address), scrape_interval="2s") as prom,
+            run_prometheus(
+                _scrape_config(exporter.address),
+                scrape_interval="2s",
+                rule_files=[str(p) for p in sorted((generated / "rules").glob("*.yaml"))],
+            ) as prom,
         ):
             print(_post_job_demo(influx, args.workdir), flush=True)
             print()
             print(f"influxdb:   {influx.url}  (database hpcmon, InfluxQL at /query)")
             print(f"exporter:   http://{exporter.address}/metrics")
             print(f"prometheus: {prom.url}  (graph: {prom.url}/graph)")
+            print(
+                f"dashboards: {generated}/dashboards/*.json  (Grafana: Dashboards > New > Import,"
+            )
+            print(f"            or provision them: {generated}/provisioning, README 'Dashboards')")
+            print(f"rules:      {generated}/rules  (loaded: {prom.url}/alerts)")
+            print(
+                f"storm:      job {STORM_JOB} replays {STORM_OPS_PER_SECOND:,} extra operations/s "
+                "per operation; alert `for` shortened to 10 s for the demo"
+            )
             print(
                 f"replayed captures: {len(sections)} targets, "
                 f"{sum(len(s.jobs) for s in sections)} job entries; logs in {args.workdir}"

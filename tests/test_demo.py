@@ -1,4 +1,5 @@
-"""`make demo` end to end: replay -> exporter -> real Prometheus -> the live view's queries."""
+"""`make demo` end to end: replay -> exporter -> real Prometheus with the generated rules -> the
+live view's queries and firing alerts; the generated dashboards are where the demo says."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def test_demo_shows_top_jobs_from_prometheus(tmp_path: Path) -> None:
             "-m",
             "hpcmon.demo",
             "--duration",
-            "16",
+            "30",
             "--refresh",
             "5",
             "--workdir",
@@ -48,12 +49,24 @@ def test_demo_shows_top_jobs_from_prometheus(tmp_path: Path) -> None:
     assert {f"host=mcfly{i}" for i in range(1, 5)} <= set(re.findall(r"host=mcfly\d", post_job))
     last_view = out.rsplit("(Ctrl-C to stop)", 1)[-1]
     panels = re.split(r"^== .* ==$", last_view, flags=re.M)[1:]
-    assert len(panels) == 3
-    write, read, metadata = ([line.split() for line in p.strip().splitlines()] for p in panels)
+    assert len(panels) == 4
+    write, read, metadata, alerts = (
+        [line.split() for line in p.strip().splitlines()] for p in panels
+    )
     # Job ids known to be in the replayed captures, each with a positive rate.
     assert write and all(float(row[0]) > 0 for row in write)
     assert read and all(float(row[0]) > 0 for row in read)
     assert any(row[-1] == "node_exporter:989:es-2-virt3-co" for row in metadata)
+    # The storm job tops the metadata table and fires its alert through the generated rules.
+    assert metadata[0][-1] == "43"
+    assert ["LustreJobMetadataStorm", "jobid=43"] in alerts
+    dashboards = re.search(r"^dashboards: (\S+)/dashboards/\*\.json", out, re.M)
+    assert dashboards
+    generated = Path(dashboards.group(1))
+    assert {p.name for p in (generated / "dashboards").iterdir()} == {
+        "hpcmon-overview.json",
+        "hpcmon-job.json",
+    }
     # Everything the demo started was stopped: nothing of it keeps listening.
     for url in (exporter.group(1), prometheus.group(1) + "/-/ready"):
         with pytest.raises(OSError):
