@@ -90,19 +90,19 @@ def host_mounts(
     pod: dict[str, Any],
     container: dict[str, Any],
     node: Path,
-    secrets: dict[str, Path] | None = None,
+    sources: dict[str, Path] | None = None,
 ) -> dict[str, Path]:
     """Mount path -> where its hostPath volume lies on the node (checked as the kubelet does),
-    or the folder standing for its Secret or ConfigMap volume in ``secrets``."""
+    or the folder standing for its Secret or ConfigMap (by name) in ``sources``."""
     volumes = {volume["name"]: volume for volume in pod["volumes"]}
     mounts = {}
     for mount in container.get("volumeMounts", []):
         volume = volumes[mount["name"]]
         if "secret" in volume:
-            mounts[mount["mountPath"]] = (secrets or {})[volume["secret"]["secretName"]]
+            mounts[mount["mountPath"]] = (sources or {})[volume["secret"]["secretName"]]
             continue
         if "configMap" in volume:
-            mounts[mount["mountPath"]] = (secrets or {})[volume["configMap"]["name"]]
+            mounts[mount["mountPath"]] = (sources or {})[volume["configMap"]["name"]]
             continue
         host_path = volume.get("hostPath")
         if host_path is None:
@@ -127,10 +127,10 @@ def on_node(text: str, mounts: dict[str, Path]) -> str:
 
 
 def exporter_args(
-    pod: dict[str, Any], node: Path, secrets: dict[str, Path] | None = None
+    pod: dict[str, Any], node: Path, sources: dict[str, Path] | None = None
 ) -> list[str]:
     (container,) = pod["containers"]
-    mounts = host_mounts(pod, container, node, secrets)
+    mounts = host_mounts(pod, container, node, sources)
     return [
         on_node(arg, mounts)
         for arg in container["args"]
