@@ -293,61 +293,6 @@ def state_timeline(spec: PanelSpec, value_text: dict[str, str]) -> core.Panel:
     )
 
 
-def heatmap(spec: PanelSpec) -> core.Panel:
-    """Heatmap of pre-bucketed series (one series per bucket, e.g. per rank or per module)."""
-    return core.Heatmap(
-        title=spec.title,
-        description=spec.description,
-        dataSource=datasource(spec.kind),
-        targets=_targets(spec.kind, spec.queries, table=False),
-        extraJson={
-            "fieldConfig": {
-                "defaults": {
-                    "unit": spec.unit,
-                    "custom": {"hideFrom": _HIDE_FROM, "scaleDistribution": {"type": "linear"}},
-                    "thresholds": _THRESHOLDS,
-                },
-                "overrides": [],
-            },
-            "options": {
-                "calculate": False,
-                "cellGap": 1,
-                "color": {
-                    "mode": "scheme",
-                    "scheme": "Oranges",
-                    "fill": "dark-orange",
-                    "scale": "exponential",
-                    "exponent": 0.5,
-                    "steps": 64,
-                    "reverse": False,
-                },
-                "exemplars": {"color": "rgba(255,0,255,0.7)"},
-                "filterValues": {"le": 1e-9},
-                "legend": {"show": True},
-                "rowsFrame": {"layout": "auto"},
-                "showValue": "auto",
-                "tooltip": {"mode": "single", "yHistogram": False, "showColorScale": True},
-                "yAxis": {"axisPlacement": "left", "reverse": False, "unit": spec.unit},
-            },
-        },
-    )
-
-
-def text(title: str, content: str, width: int = 24, height: int = 3) -> core.Panel:
-    return core.Text(
-        title=title,
-        content=content,
-        mode="markdown",
-        extraJson={
-            "fieldConfig": {
-                "defaults": {"unit": "none", "thresholds": _THRESHOLDS},
-                "overrides": [],
-            },
-            "options": {"content": content, "mode": "markdown"},
-        },
-    )
-
-
 class Layout:
     """Places panels left to right in rows of 24 columns, each section under a row header."""
 
