@@ -196,6 +196,8 @@ def load_web_config(path: str | None) -> WebConfig:
         data = load_yaml_mapping(path)
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
+    except ConfigError as exc:  # YAML's messages span lines: one line on the terminal
+        raise ConfigError(" ".join(str(exc).split())) from None
     data = _mapping(data, "top level", _TOP_KEYS, path)
     config = WebConfig()
     tls = data.get("tls_server_config")

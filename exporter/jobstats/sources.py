@@ -116,6 +116,8 @@ class LctlSource:
                 found = self._run(param, deadline, budget)
                 budget -= sum(len(piece) for piece in found)
                 pieces += found
+            if not any(piece.strip() for piece in pieces):
+                raise _Failed(f"{self.lctl}: no MDT or OST job_stats on this server", "exit")
         except _Failed as exc:
             yield RawText("lctl", None, str(exc), reason=exc.reason, bare=False)
             return
