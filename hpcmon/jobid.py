@@ -60,3 +60,35 @@ def slurm_job_id(environ: dict[str, str] | None = None) -> str | None:
         if value:
             return value
     return None
+
+
+# A job id as schedulers write them (Slurm 12345, 12345_7, 12345+1; PBS 123.server; LSF
+# 123[4]): it becomes a tag and part of file names, so nothing that could leave a directory
+# ("/", "..", NUL) or break a line is accepted.
+_JOB_ID = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.+\-\[\]]{0,126}[A-Za-z0-9\]])?")
+_SLURM_JOB_ID = re.compile(r"[0-9]{1,20}")
+# POSIX portable user names (plus the trailing $ of Samba machine accounts)
+_USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?")
+
+
+def job_id_problem(text: str) -> str | None:
+    """Why ``text`` cannot be a job id (None when it can)."""
+    if not _JOB_ID.fullmatch(text) or ".." in text:
+        return (
+            f"{text[:80]!r} is not a job id (letters, digits and _ . + - [ ] only, "
+            "at most 128 characters, no '..')"
+        )
+    return None
+
+
+def slurm_job_id_problem(text: str) -> str | None:
+    """Why a SLURM_JOB_ID value is not one (Slurm's job ids are decimal numbers)."""
+    if not _SLURM_JOB_ID.fullmatch(text):
+        return f"SLURM_JOB_ID={text[:80]!r} is not a Slurm job id (a decimal number)"
+    return None
+
+
+def user_name_problem(text: str) -> str | None:
+    if not _USER_NAME.fullmatch(text):
+        return f"{text[:80]!r} is not a user name"
+    return None

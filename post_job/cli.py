@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from hpcmon.jobid import job_id_problem, user_name_problem
 from post_job.hook import (
     PROG,
     RunReport,
@@ -29,10 +30,9 @@ from post_job.hook import (
     stop_on_sigterm,
 )
 from post_job.model import JobContext
-from post_job.writers import DEFAULT_BATCH_SIZE, DEFAULT_TIMEOUT_SECONDS
+from post_job.options import add_flag, option
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
-MAX_SECONDS = 86400
 # The only flags that go with --slurm-epilog (everything else comes from the config file).
 EPILOG_FLAGS = {"slurm_epilog", "config", "strict", "log_level", "help"}
 log = logging.getLogger("hpcmon.post_job")
@@ -61,26 +61,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(self.usage_status, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value <= MAX_SECONDS:
-        raise argparse.ArgumentTypeError(f"must be a number in (0, {MAX_SECONDS}], not {text!r}")
-    return value
-
-
 def add_writer_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("writers (line protocol to standard output when none)")
     group.add_argument(
@@ -105,22 +85,8 @@ def add_writer_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--influx.database", dest="influx_database", metavar="DB")
     group.add_argument("--influx.retention-policy", dest="influx_retention_policy", metavar="RP")
-    group.add_argument(
-        "--influx.batch-size",
-        dest="influx_batch_size",
-        type=_positive_int,
-        default=DEFAULT_BATCH_SIZE,
-        metavar="N",
-        help=f"lines per write request (default {DEFAULT_BATCH_SIZE})",
-    )
-    group.add_argument(
-        "--influx.timeout",
-        dest="influx_timeout",
-        type=_positive_float,
-        default=DEFAULT_TIMEOUT_SECONDS,
-        metavar="SECONDS",
-        help=f"per-request timeout (default {DEFAULT_TIMEOUT_SECONDS:g})",
-    )
+    add_flag(group, option("writers", "batch_size"))
+    add_flag(group, option("writers", "request_timeout_seconds"))
     group.add_argument(
         "--spool-dir",
         dest="spool_dir",
@@ -128,13 +94,7 @@ def add_writer_arguments(parser: argparse.ArgumentParser) -> None:
         help="keep batches a server did not acknowledge here; replayed oldest "
         "first by the next run or 'flush'",
     )
-    parser.add_argument(
-        "--time-limit",
-        dest="time_limit",
-        type=_positive_float,
-        metavar="SECONDS",
-        help="total time limit of the run",
-    )
+    add_flag(parser, option("", "time_limit_seconds"))
     parser.add_argument(
         "--log.level", dest="log_level", default="info", choices=["debug", "info", "warn", "error"]
     )
@@ -162,35 +122,15 @@ def build_parser() -> _Parser:
         help="darshan-parser text output",
     )
     darshan.add_argument("--signals-out", dest="signals_out", metavar="FILE")
-    darshan.add_argument(
-        "--darshan.top-records",
-        dest="darshan_top_records",
-        type=_positive_int,
-        default=100,
-        metavar="N",
-    )
+    add_flag(darshan, option("sources.darshan", "top_records"))
     recorder = parser.add_argument_group("Recorder")
     recorder.add_argument("--recorder", nargs="+", action="extend", default=[], metavar="DIR")
-    recorder.add_argument(
-        "--recorder.top-files",
-        dest="recorder_top_files",
-        type=_positive_int,
-        default=50,
-        metavar="N",
-    )
-    recorder.add_argument(
-        "--recorder.per-rank-functions", dest="recorder_per_rank_functions", action="store_true"
-    )
+    add_flag(recorder, option("sources.recorder", "top_files"))
+    add_flag(recorder, option("sources.recorder", "per_rank_functions"))
     viztracer = parser.add_argument_group("VizTracer")
     viztracer.add_argument("--viztracer", nargs="+", action="extend", default=[], metavar="FILE")
     viztracer.add_argument("--viztracer-out", dest="viztracer_out", metavar="FILE")
-    viztracer.add_argument(
-        "--viztracer.top-functions",
-        dest="viztracer_top_functions",
-        type=_positive_int,
-        default=50,
-        metavar="N",
-    )
+    add_flag(viztracer, option("sources.viztracer", "top_functions"))
     geopm = parser.add_argument_group("GEOPM")
     geopm.add_argument(
         "--geopm-report",
@@ -381,6 +321,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(options.log_level)
     if not options.job_id or not options.job_id.strip():
         return _usage_error("--job-id is required (or --slurm-epilog --config FILE)")
+    problem = job_id_problem(options.job_id.strip())
+    if problem:
+        return _usage_error(f"--job-id: {problem}")
+    if options.user and user_name_problem(options.user):
+        return _usage_error(f"--user: {user_name_problem(options.user)}")
     try:
         settings = writer_settings(options)
     except UsageError as exc:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcmon.config import ConfigError, load_yaml_mapping
-from hpcmon.jobid import slurm_job_id
+from hpcmon.jobid import slurm_job_id, slurm_job_id_problem, user_name_problem
 from post_job.hook import (
     SourceRequest,
     Watchdog,
@@ -35,12 +35,13 @@ from post_job.hook import (
     stop_on_sigterm,
 )
 from post_job.model import JobContext
-from post_job.writers import DEFAULT_BATCH_SIZE, DEFAULT_TIMEOUT_SECONDS, url_problem
+from post_job.options import option, source_options
+from post_job.writers import url_problem
 
 log = logging.getLogger("hpcmon.post_job.epilog")
 
-DEFAULT_TIME_LIMIT = 60.0
-DEFAULT_SEARCH_DAYS = 2
+DEFAULT_TIME_LIMIT: float = option("", "time_limit_seconds").config_default()
+DEFAULT_SEARCH_DAYS: int = option("", "search_days").config_default()
 # Darshan's runtime names logs <logdir>/<year>/<month>/<day>/<user>_<exe>_id<jobid>_...darshan
 # with month and day unpadded, from the local time at which the application started.
 DARSHAN_DEFAULT_PATTERN = "{logdir}/{year}/{month}/{day}/{user}_*_id{jobid}_*.darshan"
@@ -53,17 +54,12 @@ _SOURCE_INPUTS: dict[str, tuple[str, ...]] = {
     "viztracer": ("traces",),
     "geopm_report": ("reports",),
 }
-# source -> {config key: (contract keyword, kind)}
-_SOURCE_OPTIONS: dict[str, dict[str, tuple[str, str]]] = {
-    "darshan": {"top_records": ("top_records", "int"), "signals_out": ("signals_out", "path")},
-    "recorder": {
-        "top_files": ("top_files", "int"),
-        "per_rank_functions": ("per_rank_functions", "bool"),
-    },
-    "viztracer": {
-        "cleaned_out": ("cleaned_out", "path"),
-        "top_functions": ("top_functions", "int"),
-    },
+# source -> {config key: contract keyword} of the output file options (patterns); the typed
+# options come from the registry (post_job/options.py)
+_SOURCE_PATHS: dict[str, dict[str, str]] = {
+    "darshan": {"signals_out": "signals_out"},
+    "recorder": {},
+    "viztracer": {"cleaned_out": "cleaned_out"},
     "geopm_report": {},
 }
 _TOP_KEYS = {
@@ -141,18 +137,6 @@ def _url(value: Any, where: str) -> str:
     return value
 
 
-def _number(value: Any, where: str, integer: bool = False, maximum: float = 86400) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not 0 < value <= maximum
-        or (integer and not isinstance(value, int))
-    ):
-        kind = "a positive integer" if integer else "a positive number"
-        raise ConfigError(f"{where} must be {kind} up to {maximum:g}, not {value!r}")
-    return value
-
-
 def _flag(value: Any, where: str) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(f"{where} must be true or false, not {value!r}")
@@ -175,14 +159,10 @@ def parse_config(data: Mapping[str, Any], path: Path | str = "config") -> Epilog
     config = EpilogConfig()
     if data.get("cluster") is not None:
         config.cluster = _text(data["cluster"], _where(path, "cluster"))
-    if "time_limit_seconds" in data:
-        config.time_limit = _number(data["time_limit_seconds"], _where(path, "time_limit_seconds"))
-    if "search_days" in data:
-        config.search_days = int(
-            _number(
-                data["search_days"], _where(path, "search_days"), integer=True, maximum=MAX_DAYS
-            )
-        )
+    for key in ("time_limit_seconds", "search_days"):
+        if key in data:
+            value = option("", key).from_config(data[key], _where(path, key))
+            setattr(config, "time_limit" if key == "time_limit_seconds" else key, value)
     if "strict" in data:
         config.strict = _flag(data["strict"], _where(path, "strict"))
     if "log" in data:
@@ -237,25 +217,18 @@ def _parse_writers(data: Mapping[str, Any], path: Path | str) -> dict[str, Any]:
             writers["influx_v1"]["retention_policy"] = _text(
                 v1["retention_policy"], _where(path, "writers.influx_v1.retention_policy")
             )
-    writers["batch_size"] = int(
-        _number(
-            data.get("batch_size", DEFAULT_BATCH_SIZE),
-            _where(path, "writers.batch_size"),
-            integer=True,
-            maximum=1_000_000,
+    for key, name in (("batch_size", "batch_size"), ("request_timeout_seconds", "request_timeout")):
+        item = option("writers", key)
+        writers[name] = item.from_config(
+            data.get(key, item.config_default()), _where(path, f"writers.{key}")
         )
-    )
-    writers["request_timeout"] = _number(
-        data.get("request_timeout_seconds", DEFAULT_TIMEOUT_SECONDS),
-        _where(path, "writers.request_timeout_seconds"),
-    )
     return writers
 
 
 def _parse_source(name: str, data: Mapping[str, Any], path: Path | str) -> SourceConfig:
     where = _where(path, f"sources.{name}")
-    inputs, options = _SOURCE_INPUTS[name], _SOURCE_OPTIONS[name]
-    allowed = set(inputs) | set(options) | ({"logdir"} if name == "darshan" else set())
+    inputs, paths, typed = _SOURCE_INPUTS[name], _SOURCE_PATHS[name], source_options(name)
+    allowed = set(inputs) | set(paths) | set(typed) | ({"logdir"} if name == "darshan" else set())
     _check_keys(data, allowed, where)
     source = SourceConfig(name, {}, {})
     if name == "darshan" and data.get("logdir") is not None:
@@ -270,16 +243,11 @@ def _parse_source(name: str, data: Mapping[str, Any], path: Path | str) -> Sourc
             f"{where}: give at least one of {', '.join(inputs)}"
             + (" or logdir" if name == "darshan" else "")
         )
-    for key, (keyword, kind) in options.items():
-        if data.get(key) is None:
-            continue
-        if kind == "int":
-            source.options[keyword] = int(
-                _number(data[key], f"{where}.{key}", integer=True, maximum=10_000_000)
-            )
-        elif kind == "bool":
-            source.options[keyword] = _flag(data[key], f"{where}.{key}")
-        else:
+    for key, item in typed.items():
+        if data.get(key) is not None:
+            source.options[item.keyword] = item.from_config(data[key], f"{where}.{key}")
+    for key, keyword in paths.items():
+        if data.get(key) is not None:
             source.options[keyword] = _text(data[key], f"{where}.{key}")
             check_pattern(source.options[keyword], f"{where}.{key}")
     return source
@@ -469,13 +437,27 @@ def _epoch(value: str | None) -> float | None:
     return seconds if seconds is not None and 0 < seconds < 1e11 else None
 
 
+class SlurmEnvironmentError(ValueError):
+    """Slurm's environment holds something that is not what Slurm would set (one line)."""
+
+
 def slurm_job(environ: Mapping[str, str]) -> SlurmJob | None:
-    """The finished job as Slurm describes it to epilogs (None outside Slurm)."""
+    """The finished job as Slurm describes it to epilogs (None outside Slurm).
+
+    The values end up in tags and file names: anything that is not a Slurm job id, a user
+    name or a uid is refused (SlurmEnvironmentError), never used."""
     job_id = slurm_job_id(dict(environ))
     if job_id is None:
         return None
+    problem = slurm_job_id_problem(job_id)
+    if problem:
+        raise SlurmEnvironmentError(problem)
     user = environ.get("SLURM_JOB_USER", "").strip() or None
     uid = environ.get("SLURM_JOB_UID", "").strip() or None
+    if user is not None and user_name_problem(user):
+        raise SlurmEnvironmentError(f"SLURM_JOB_USER: {user_name_problem(user)}")
+    if uid is not None and not (uid.isascii() and uid.isdigit() and len(uid) <= 10):
+        raise SlurmEnvironmentError(f"SLURM_JOB_UID={uid[:40]!r} is not a uid")
     if user is None and uid is not None and uid.isdigit():
         try:
             user = pwd.getpwuid(int(uid)).pw_name
@@ -519,7 +501,11 @@ def run_epilog(
 
 def _run(config: EpilogConfig, env: Mapping[str, str], now: float | None, failure: int) -> int:
     deadline = sending_deadline(config.time_limit)
-    job = slurm_job(env)
+    try:
+        job = slurm_job(env)
+    except SlurmEnvironmentError as exc:
+        log.error("%s; nothing done", exc)
+        return failure
     if job is None:
         log.error("SLURM_JOB_ID is not set: not running as a Slurm epilog")
         return failure

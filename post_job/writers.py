@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import Protocol
 
 from post_job.files import replaced_atomically
+from post_job.options import option
 
-DEFAULT_BATCH_SIZE = 5000
-DEFAULT_TIMEOUT_SECONDS = 10.0
+DEFAULT_BATCH_SIZE: int = option("writers", "batch_size").default
+DEFAULT_TIMEOUT_SECONDS: float = option("writers", "request_timeout_seconds").default
 # Statuses that mean "this data is bad": bisect to find the lines at fault.
 _BAD_DATA_STATUSES = {400, 422}
 _TOO_LARGE_STATUS = 413

@@ -56,8 +56,9 @@ def test_example_config_is_valid() -> None:
 @pytest.mark.parametrize(
     "data, message",
     [
-        ({"time_limit_seconds": 0}, "time_limit_seconds must be a positive number"),
-        ({"time_limit_seconds": "10"}, "time_limit_seconds must be a positive number"),
+        ({"time_limit_seconds": 0}, "time_limit_seconds must be a number of seconds in (0, 86400]"),
+        ({"time_limit_seconds": "10"}, "time_limit_seconds must be a number of seconds"),
+        ({"time_limit_seconds": 1e9}, "time_limit_seconds must be a number of seconds"),
         ({"strict": "yes"}, "strict must be true or false"),
         ({"colour": 1}, "unknown key(s) colour"),
         ({"sources": {"darshan": {}}}, "give at least one of logs, texts or logdir"),
@@ -69,13 +70,13 @@ def test_example_config_is_valid() -> None:
         ({"writers": {"influx_v1": {"url": "http://x"}}}, "writers.influx_v1.database"),
         ({"writers": {"batch_size": -1}}, "batch_size must be a positive integer"),
         ({"writers": []}, "writers must be a mapping"),
-        ({"time_limit_seconds": 1e308}, "up to 86400"),
+        ({"time_limit_seconds": 1e308}, "in (0, 86400]"),
         ({"sources": {"geopm_report": {"reports": "/x/{day:999999999}"}}}, "wider than 64"),
         (
             {"writers": {"influx_v1": {"url": "influx:8086", "database": "d"}}},
             "writers.influx_v1.url: 'influx:8086' is not an http:// or https:// URL",
         ),
-        ({"search_days": 0}, "search_days must be a positive integer"),
+        ({"search_days": 0}, "search_days must be a positive integer up to 62"),
         ({"search_days": 1000}, "up to 62"),
         ({"sources": {"geopm_report": {"reports": "/r"}}}, "writers: give output, influx_v2"),
         ({"spool_dir": "/s", "writers": {"output": "/o.lp"}}, "spool_dir needs writers.influx"),
@@ -403,3 +404,84 @@ def test_epilog_script_runs_the_hook(tmp_path: Path) -> None:
         ["sh", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60
     )
     assert skipped.returncode == 0 and "skipped" in skipped.stderr
+
+
+# ---------------------------------------------------------------- hostile environment and files
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("SLURM_JOB_ID", "../secret/s"),
+        ("SLURM_JOB_ID", "4711/../../x"),
+        ("SLURM_JOB_ID", "47 11"),
+        ("SLURM_JOB_ID", "4711\n"),
+        ("SLURM_JOB_USER", "../alice"),
+        ("SLURM_JOB_USER", "al/ice"),
+        ("SLURM_JOB_UID", "-1"),
+    ],
+)
+def test_values_from_slurm_that_are_not_ids_are_refused(
+    tmp_path: Path, variable: str, value: str, capsys
+) -> None:
+    """SLURM_JOB_ID=../secret/s once wrote a file outside the output directory: any value
+    that is not what Slurm sets is refused with one line, and nothing is written."""
+    out = tmp_path / "out"
+    out.mkdir()
+    config = write_config(
+        tmp_path / "c.yaml",
+        {"writers": {"output": str(out / "{user}-{jobid}.lp")},
+         "sources": {"geopm_report": {"reports": str(tmp_path / "none/*.report")}}},
+    )  # fmt: skip
+    env = {**slurm_env(), variable: value}
+    if value.endswith("\n"):  # slurm_job_id strips blanks: the id would be fine
+        env[variable] = value.strip() + "/x"
+    assert run_epilog(config, strict=True, environ=env) == 1
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and variable in errors[0] and "Traceback" not in err
+    assert list(tmp_path.rglob("*.lp")) == [] and not (tmp_path.parent / "secret").exists()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(max_size=30), st.text(max_size=20))
+def test_any_slurm_job_id_or_user_is_valid_or_refused(job_id: str, user: str) -> None:
+    from post_job.epilog import SlurmEnvironmentError, slurm_job
+
+    try:
+        job = slurm_job({"SLURM_JOB_ID": job_id, "SLURM_JOB_USER": user})
+    except SlurmEnvironmentError as exc:
+        assert "\n" not in str(exc)
+        return
+    if job is not None:
+        assert job.job_id.isdigit() and "/" not in (job.user or "")
+
+
+def test_non_utf8_config_is_one_line(tmp_path: Path, capsys) -> None:
+    config = tmp_path / "latin1.yaml"
+    config.write_bytes(b"cluster: caf\xe9\nwriters:\n  output: /tmp/x.lp\n")
+    assert run_epilog(config, strict=True, environ=slurm_env()) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert f"{config}: not UTF-8 text (byte 0xe9 on line 1)" in line
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.binary(max_size=200))
+def test_any_config_file_bytes_give_a_config_or_one_line(data: bytes) -> None:
+    import tempfile
+
+    from post_job.epilog import load_config
+
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "c.yaml"
+        path.write_bytes(data)
+        try:
+            load_config(path)
+        except ConfigError as exc:
+            assert "\n" not in str(exc) and str(exc).startswith(str(path))
+
+
+def test_cli_refuses_a_job_id_that_is_not_one(capsys) -> None:
+    from post_job.cli import main
+
+    assert main(["--job-id", "../secret/s", "--output", "/tmp/x.lp"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "--job-id: '../secret/s' is not a job id" in line

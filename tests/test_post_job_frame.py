@@ -140,9 +140,9 @@ def test_bad_usage_is_one_line_and_status_2(argv, message, capsys) -> None:
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--job-id", "1", "--darshan.top-records", "0"], "must be a positive integer, not '0'"),
-        (["--job-id", "1", "--recorder.top-files", "many"], "positive integer, not 'many'"),
-        (["--job-id", "1", "--time-limit", "nan"], "must be a number in (0, 86400]"),
+        (["--job-id", "1", "--darshan.top-records", "0"], "integer up to 1e+07, not '0'"),
+        (["--job-id", "1", "--recorder.top-files", "many"], "integer up to 1e+07, not 'many'"),
+        (["--job-id", "1", "--time-limit", "nan"], "seconds in (0, 86400], not 'nan'"),
         (["--job-id", "1", "--darshan"], "expected at least one argument"),
         (["--job-id", "1", "--influx.bucke", "b"], "unrecognized arguments: --influx.bucke"),
         (["flush", "--job-id", "1"], "unrecognized arguments: --job-id"),

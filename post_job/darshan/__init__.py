@@ -23,6 +23,7 @@ from post_job.darshan.signals import compute_signals
 from post_job.darshan.signals_text import write_signals
 from post_job.files import unexpected_error
 from post_job.model import JobContext, SourceOutput
+from post_job.options import option
 
 __all__ = ["collect_darshan", "read_log", "read_text"]
 
@@ -76,7 +77,7 @@ def collect_darshan(
     texts: Sequence[Path],
     job: JobContext,
     *,
-    top_records: int = 100,
+    top_records: int = option("sources.darshan", "top_records").default,
     signals_out: Path | None = None,
 ) -> SourceOutput:
     output = SourceOutput()

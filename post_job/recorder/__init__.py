@@ -11,6 +11,7 @@ from pathlib import Path
 
 from post_job.files import input_labels, unexpected_error
 from post_job.model import JobContext, SourceOutput
+from post_job.options import option
 from post_job.recorder.dataframe import (
     MultiRecorderDFHandler,
     RecorderDataFrame,
@@ -33,8 +34,8 @@ def collect_recorder(
     trace_dirs: Sequence[Path],
     job: JobContext,
     *,
-    top_files: int = 50,
-    per_rank_functions: bool = False,
+    top_files: int = option("sources.recorder", "top_files").default,
+    per_rank_functions: bool = option("sources.recorder", "per_rank_functions").default,
 ) -> SourceOutput:
     output = SourceOutput()
     paths = [Path(d) for d in trace_dirs]

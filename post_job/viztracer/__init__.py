@@ -13,6 +13,7 @@ from pathlib import Path
 
 from post_job.files import input_labels, replaced_atomically, unexpected_error
 from post_job.model import JobContext, SourceOutput
+from post_job.options import option
 from post_job.viztracer.cleaning import (
     CleanedViztracerData,
     CleaningOptions,
@@ -48,7 +49,7 @@ def collect_viztracer(
     job: JobContext,
     *,
     cleaned_out: Path | None = None,
-    top_functions: int = 50,
+    top_functions: int = option("sources.viztracer", "top_functions").default,
     options: CleaningOptions | None = None,
 ) -> SourceOutput:
     """Points for a job's VizTracer traces; writes the cleaned JSON when ``cleaned_out`` is set.
