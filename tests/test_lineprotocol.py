@@ -135,3 +135,45 @@ def test_lines_parse_as_json_free_text() -> None:
     line = Point("m\n", {"t\n": "v\r\n"}, {"f\n": "a\nb"}, 1).to_line()
     assert "\n" not in line and "\r" not in line
     json.dumps(line)
+
+
+key_text = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1,
+                   max_size=10)  # fmt: skip
+field_value = (
+    st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.booleans()
+    | st.text(max_size=20)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    measurement=key_text,
+    tags=st.dictionaries(key_text, key_text, max_size=4),
+    fields=st.dictionaries(key_text, field_value, min_size=1, max_size=5),
+    stamp=st.integers(0, 2**62),
+)
+def test_points_parse_back_to_what_was_written(measurement, tags, fields, stamp) -> None:
+    """Any point: its line parses (by InfluxDB 1.x's rules) into the same measurement, tags,
+    fields and time, up to the documented transformations."""
+    from tests.lineprotocol_parse import parse_line
+
+    line = Point(measurement, tags, fields, stamp).to_line()
+    assert "\n" not in line and "\r" not in line
+    got_measurement, got_tags, got_fields, got_time = parse_line(line)
+
+    def name(text: str) -> str:
+        return stored_tag(text)
+
+    assert got_measurement == name(measurement)
+    assert got_tags == {name(k): name(v) for k, v in tags.items()}
+    want = {}
+    for key, value in fields.items():
+        if isinstance(value, str):
+            value = value.replace("\n", "\\n").replace("\r", "\\r")
+        elif isinstance(value, float) and value == 0:
+            value = 0.0
+        want[name(key)] = value
+    assert got_fields == want
+    assert got_time == stamp

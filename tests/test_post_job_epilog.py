@@ -485,3 +485,35 @@ def test_cli_refuses_a_job_id_that_is_not_one(capsys) -> None:
     assert main(["--job-id", "../secret/s", "--output", "/tmp/x.lp"]) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
     assert "--job-id: '../secret/s' is not a job id" in line
+
+
+name_text = st.text(
+    alphabet=st.sampled_from(list("ab*?[]!-_. {}é")), min_size=1, max_size=10
+).filter(lambda s: s.strip(". ") != "" and s not in (".", ".."))
+
+
+@settings(max_examples=60, deadline=None)
+@given(cluster=name_text, decoy=name_text)
+def test_input_discovery_finds_exactly_the_files_of_the_job(cluster: str, decoy: str) -> None:
+    """Whatever the cluster name holds (glob characters included), the pattern finds the
+    job's files on each day of the job and nothing else."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as directory:
+        root = Path(directory)
+        wanted = []
+        for day in (1, 2):
+            path = root / cluster / f"2026-1-{day}" / "alice_4711.report"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("x")
+            wanted.append(path)
+        other = root / cluster / "2026-1-1" / "alice_4712.report"
+        other.write_text("x")  # another job
+        if decoy != cluster:
+            stray = root / decoy / "2026-1-1" / "alice_4711.report"
+            stray.parent.mkdir(parents=True, exist_ok=True)
+            stray.write_text("x")  # another cluster's directory
+        job = SlurmJob("4711", "alice", None, None, None)
+        days = [dt.date(2026, 1, 1), dt.date(2026, 1, 2)]
+        pattern = str(root) + "/{cluster}/{year}-{month}-{day}/{user}_{jobid}.report"
+        assert find_files([pattern], job, cluster, None, days) == sorted(wanted)
