@@ -4,7 +4,10 @@
 # SLURM_JOB_USER and SLURM_JOB_UID. The hook reads everything else from its YAML config.
 #
 # A monitoring failure must never fail or drain a node: this script always exits 0. The hook
-# has its own time limit (time_limit_seconds in the config); `timeout` is only a last resort.
+# has its own time limit (time_limit_seconds in the config); `timeout` is only a last resort:
+# its SIGTERM stops the hook within a second (one line in syslog), its SIGKILL at once, and
+# with spool_dir set neither loses a point (every line is spooled before the first send; the
+# next run or `hpcmon-post-job flush` sends what the server had not acknowledged).
 # Messages go to syslog (tag hpcmon-post-job) because Slurm discards epilog output.
 
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
