@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
-from exporter.collector import LOG_FORMAT, Collector, add_flag
+from exporter.collector import LOG_FORMAT, Collector, ProblemLog, add_flag
 from exporter.exposition import Compressed, Part, render_families
 from exporter.web import listen_address_flag, load_web_config, make_server
 
@@ -83,6 +83,7 @@ class Exporter:
 
     def __init__(self, collectors: Sequence[Collector]) -> None:
         self.collectors = list(collectors)
+        self.problems = ProblemLog(log, repeat_seconds=60)  # one line a minute, not a scrape
 
     def start(self) -> None:
         for collector in self.collectors:
@@ -115,8 +116,8 @@ class Exporter:
             try:
                 parts.append(collector.exposition_before(scrape_timeout))
                 ok = 1.0
-            except Exception:  # noqa: BLE001
-                log.exception("collector %s failed to render", collector.name)
+            except Exception as exc:  # noqa: BLE001
+                self.problems.warn(f"collector {collector.name} failed to render: {exc!r}")
                 ok = 0.0
             success.add_metric([collector.name], ok)
             duration.add_metric([collector.name], time.perf_counter() - started)

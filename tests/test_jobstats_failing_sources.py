@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter.cli import Exporter
 from tests.servers import free_port, http_get, run_exporter
 from tests.test_jobstats_collector import (
     DATA,
@@ -281,3 +282,32 @@ def test_metrics_answer_is_not_held_by_a_hung_lctl(tmp_path: Path) -> None:
         assert status == 200 and time.monotonic() - started < 10
         found = samples_of(body)
         assert value(found, "lustre_jobstats_up", component="", target="", source="lctl") == 0
+
+
+def test_a_dead_sampler_process_is_a_failure_then_restarts(tmp_path: Path) -> None:
+    collector = make_collector(
+        "--jobstats.source", "file", "--jobstats.path", str(HP_OST), "--jobstats.interval", "0.2"
+    )
+    exporter = Exporter([collector])
+    collector.start()
+    try:
+        first = collector.exposition_before(10)
+        assert b"lustre_jobstats_jobs" in b"".join(first.chunks())
+        old_pid = collector._worker.pid
+        os.kill(old_pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # no stale data while it is down
+            body = b"".join(
+                part if isinstance(part, bytes) else b"".join(part.chunks())
+                for part in exporter.render(0.5)
+            )
+            if b'hpcmon_exporter_collector_success{collector="jobstats"} 0.0' in body:
+                assert b"lustre_jobstats_jobs" not in body
+                break
+        else:
+            raise AssertionError("the dead sampler was not reported")
+        again = collector.exposition_before(10)  # started again
+        assert collector._worker.pid != old_pid
+        assert b"lustre_jobstats_jobs" in b"".join(again.chunks())
+    finally:
+        collector.stop()

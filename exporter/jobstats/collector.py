@@ -33,7 +33,7 @@ from exporter.collector import (
     count_flag,
     seconds_flag,
 )
-from exporter.exposition import Compressed, render_families
+from exporter.exposition import KEEP_RAW_BYTES, Compressed, render_families
 from exporter.jobstats.parser import BYTE_OPERATIONS, U64_MAX, JobEntry, Target, iter_text
 from exporter.jobstats.rates import RateTracker
 from exporter.jobstats.render import LabelCache, Layouts, TargetBlock, pack_target, render_blocks
@@ -363,7 +363,10 @@ class JobstatsCollector(Collector):
         buffer.write(render_families([duration]))
         text = buffer.getvalue()  # shares the buffer's memory, no copy
         del buffer
-        self._snapshot = Compressed.of(text)  # scrapes switch to it whole, in one step
+        # Sampling on scrape keeps the text as it always did (a plain scrape then costs no
+        # inflating); a background sample goes to the exporter compressed when it is big.
+        keep = len(text) if self.settings.interval == 0 else KEEP_RAW_BYTES
+        self._snapshot = Compressed.of(text, keep)  # scrapes switch to it whole, in one step
         self._generation += 1
         return text
 
