@@ -84,16 +84,24 @@ def darshan_from_logs(paths: list[Path]) -> tuple[DarshanData | None, list[str]]
     from post_job.darshan import read_log  # the hook's isolated reader
     from post_job.darshan.reader_pydarshan import DarshanReadError
 
-    data = DarshanData(source="Darshan logs")
-    problems: list[str] = []
-    tables: dict[str, list[FileTable]] = {}
+    logs, problems = [], []
     for path in paths:
         try:
-            log = read_log(Path(path))
+            logs.append(read_log(Path(path)))
         except (DarshanReadError, OSError) as exc:
             problems.append(str(exc))
-            continue
-        problems.extend(log.problems)
+    data = darshan_from_log_objects(logs)
+    problems.extend(p for log in logs for p in log.problems)
+    return data, problems
+
+
+def darshan_from_log_objects(logs: list) -> DarshanData | None:
+    """Typed records from the hook reader's ``DarshanLog`` objects (one per log file)."""
+    if not logs:
+        return None
+    data = DarshanData(source="Darshan logs")
+    tables: dict[str, list[FileTable]] = {}
+    for log in logs:
         job = log.job
         data.logs += 1
         data.nprocs = max(data.nprocs, int(job.nprocs))
@@ -114,16 +122,13 @@ def darshan_from_logs(paths: list[Path]) -> tuple[DarshanData | None, list[str]]
             totals.reads += float(np.nansum(ft.col("reads")))
             totals.writes += float(np.nansum(ft.col("writes")))
             totals.records += len(ft)
-        for heatmap in _heatmaps(log):
-            data.heatmaps.append(heatmap)
-    if not data.logs:
-        return None, problems
+        data.heatmaps.extend(_heatmaps(log))
     for module, parts in tables.items():
         data.files[module] = _concat(module, parts)
     data.counted_modules = {m for m in _COUNTED if m in data.modules}
     if not data.counted_modules and "MPI-IO" in data.modules:
         data.counted_modules = {"MPI-IO"}
-    return data, problems
+    return data
 
 
 def _concat(module: str, parts: list[FileTable]) -> FileTable:

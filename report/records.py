@@ -71,67 +71,85 @@ def _int(value, default: int = 0, limit: int = 2**62) -> int:
 MAX_BINS = 1_000_000  # more heatmap bins than any Darshan log holds: a damaged point
 
 
-def _round(value: float) -> float:
-    """Nearest integer count, NaN when unknown or not finite (never raises)."""
-    return float(np.rint(value)) if np.isfinite(value) else np.nan
+_RECORD_FIELDS = (
+    "rank", "bytes_read", "bytes_written", "avg_read_size", "avg_write_size", "read_iops",
+    "write_iops", "io_time", "small_read_ratio", "small_write_ratio", "seq_read_ratio",
+    "seq_write_ratio", "unaligned_read_ratio", "unaligned_write_ratio", "meta_fraction",
+    "reuse_proxy",
+)  # fmt: skip
 
 
-def _count(row: dict, reasons: dict[str, str], moved: str, size: str, none_reason: str) -> float:
-    """Operations from bytes / average size; 0 when the signal is NA for having none."""
-    average = _num(row, size)
-    if average > 0:
-        return _round(_num(row, moved) / average)
-    if reasons.get(size) == none_reason:
-        return 0.0
-    return np.nan
+_NUMBER = (int, float)
 
 
-def _ratio_count(row: dict, reasons: dict[str, str], ratio: str, ops: float) -> float:
-    value = _num(row, ratio)
-    if not np.isnan(value):
-        return _round(value * ops)
-    if ops == 0 or reasons.get(ratio) in ("no_reads", "no_writes", "no_io"):
-        return 0.0
-    return np.nan
+def _column(records: list[dict], name: str) -> np.ndarray:
+    """One field over all records as float64; absent, text or bool values are NaN."""
+    values = [r.get(name) for r in records]
+    values = [v if type(v) in _NUMBER else np.nan for v in values]
+    with np.errstate(over="ignore"):
+        return np.array(values, dtype=np.float64)
 
 
-def _record_values(row: dict) -> dict[str, float]:
-    reasons = na_reasons(row)
-    reads = _count(row, reasons, "bytes_read", "avg_read_size", "no_reads")
-    writes = _count(row, reasons, "bytes_written", "avg_write_size", "no_writes")
-    io_time = _num(row, "io_time")
-    values = {
-        "rank": _num(row, "rank"),
-        "bytes_read": _num(row, "bytes_read"),
-        "bytes_written": _num(row, "bytes_written"),
-        "reads": reads,
-        "writes": writes,
-    }
+def _record_columns(module: str, records: list[dict]) -> dict[str, np.ndarray]:
+    """The FileTable columns the signals rebuild exactly, column-wise (100,000 rows)."""
+    f = {name: _column(records, name) for name in _RECORD_FIELDS}
+    f["rank"] = np.array([_num(r, "rank") for r in records], dtype=np.float64)  # a tag: text
+    reasons = [r.get("na_reasons") for r in records]
+
+    def na(signal: str, reason: str, where: np.ndarray) -> np.ndarray:
+        """Rows (among `where`, the few with no value) whose signal is NA for this reason."""
+        key = f"{signal}:{reason}"
+        hit = np.zeros(len(records), dtype=bool)
+        for i in np.flatnonzero(where):
+            text = reasons[i]
+            hit[i] = isinstance(text, str) and key in text
+        return hit
+
+    def rint(values: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore"):
+            return np.where(np.isfinite(values), np.rint(values), np.nan)
+
+    def count(moved: str, size: str, reason: str) -> np.ndarray:
+        average = f[size]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ops = np.where(average > 0, rint(f[moved] / average), np.nan)
+        return np.where(na(size, reason, np.isnan(ops)), 0.0, ops)
+
+    def ratio_count(ratio: str, ops: np.ndarray) -> np.ndarray:
+        value = rint(f[ratio] * ops)
+        missing = np.isnan(f[ratio])
+        none = (ops == 0) | na(ratio, "no_reads", missing) | na(ratio, "no_writes", missing)
+        return np.where(missing & (none | na(ratio, "no_io", missing)), 0.0, value)
+
+    reads = count("bytes_read", "avg_read_size", "no_reads")
+    writes = count("bytes_written", "avg_write_size", "no_writes")
+    out = {"rank": f["rank"], "bytes_read": f["bytes_read"], "bytes_written": f["bytes_written"]}
+    out["reads"], out["writes"] = reads, writes
     for direction, ops in (("read", reads), ("write", writes)):
-        iops = _num(row, f"{direction}_iops")
-        if iops > 0 and not np.isnan(ops):
-            values[f"{direction}_time"] = ops / iops
-        elif reasons.get(f"{direction}_iops") == f"no_{direction}_time" or ops == 0:
-            values[f"{direction}_time"] = 0.0
-    if row.get("module") == "POSIX":
-        values["small_reads"] = _ratio_count(row, reasons, "small_read_ratio", reads)
-        values["small_writes"] = _ratio_count(row, reasons, "small_write_ratio", writes)
-        values["seq_reads"] = _ratio_count(row, reasons, "seq_read_ratio", reads)
-        values["seq_writes"] = _ratio_count(row, reasons, "seq_write_ratio", writes)
-        # POSIX_FILE_NOT_ALIGNED is shared by both ratios (see post_job/darshan/README.md)
-        if reads and reads > 0:
-            values["file_not_aligned"] = _ratio_count(row, reasons, "unaligned_read_ratio", reads)
-        elif writes and writes > 0:
-            values["file_not_aligned"] = _ratio_count(row, reasons, "unaligned_write_ratio", writes)
-        elif reads == 0 and writes == 0:
-            values["file_not_aligned"] = 0.0
-        fraction = _num(row, "meta_fraction")
-        if not np.isnan(fraction):
-            values["meta_time"] = fraction * io_time
-        elif reasons.get("meta_fraction") == "no_time":
-            values["meta_time"] = 0.0
-        values["reuse"] = _num(row, "reuse_proxy")
-    return values
+        iops = f[f"{direction}_iops"]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            time = np.where((iops > 0) & ~np.isnan(ops), ops / iops, np.nan)
+        missing = np.isnan(time)
+        zero = na(f"{direction}_iops", f"no_{direction}_time", missing) | (ops == 0)
+        out[f"{direction}_time"] = np.where(missing & zero, 0.0, time)
+    if module != "POSIX":
+        return out
+    out["small_reads"] = ratio_count("small_read_ratio", reads)
+    out["small_writes"] = ratio_count("small_write_ratio", writes)
+    out["seq_reads"] = ratio_count("seq_read_ratio", reads)
+    out["seq_writes"] = ratio_count("seq_write_ratio", writes)
+    # POSIX_FILE_NOT_ALIGNED is shared by both ratios (see post_job/darshan/README.md)
+    by_reads = ratio_count("unaligned_read_ratio", reads)
+    by_writes = ratio_count("unaligned_write_ratio", writes)
+    out["file_not_aligned"] = np.where(
+        reads > 0,
+        by_reads,
+        np.where(writes > 0, by_writes, np.where((reads == 0) & (writes == 0), 0.0, np.nan)),
+    )
+    meta = f["meta_fraction"] * f["io_time"]
+    out["meta_time"] = np.where(na("meta_fraction", "no_time", np.isnan(meta)), 0.0, meta)
+    out["reuse"] = f["reuse_proxy"]
+    return out
 
 
 def darshan_from_rows(rows: Rows) -> DarshanData | None:
@@ -166,11 +184,9 @@ def darshan_from_rows(rows: Rows) -> DarshanData | None:
     for module, records in by_module.items():
         table = FileTable.empty(module, len(records))
         table.total_records = max(len(records), data.modules.get(module, ModuleTotals("")).records)
-        for i, row in enumerate(records):
-            table.record_ids[i] = str(row.get("record_id", ""))
-            table.files[i] = str(row.get("file", ""))
-            for name, value in _record_values(row).items():
-                table.columns[name][i] = value
+        table.record_ids = [str(row.get("record_id", "")) for row in records]
+        table.files = [str(row.get("file", "")) for row in records]
+        table.columns.update(_record_columns(module, records))
         data.files[module] = table
     data.heatmaps = _heatmaps(rows)
     return data
