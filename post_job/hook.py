@@ -223,7 +223,7 @@ def _replay_into(
     writer: ServerWriter,
     deadline: Deadline,
     settings: WriterSettings,
-    own: frozenset[Path] = frozenset(),
+    own: dict[Path, Sequence[str]] | None = None,
 ) -> ReplayResult:
     try:
         result = replay(spool, writer, deadline, settings.request_timeout, own)
@@ -251,13 +251,13 @@ def _replay_into(
 
 def _write_ahead(
     spool: Spool, lines: Sequence[str], batch_size: int
-) -> tuple[list[Path], int, str | None]:
+) -> tuple[dict[Path, Sequence[str]], int, str | None]:
     """Spool the run's lines (one durable file per batch) before anything is sent.
 
     Returns the files written, how many lines they hold, and why spooling stopped (disk full,
     ...) or None. A file is complete or absent: a failed write leaves no file taken for valid
     and never touches the files already there."""
-    written: list[Path] = []
+    written: dict[Path, Sequence[str]] = {}
     count = 0
     with GUARD.spooling():
         for batch in batches(lines, batch_size):
@@ -266,7 +266,7 @@ def _write_ahead(
             except OSError as exc:
                 return written, count, exc.strerror or str(exc)
             if path is not None:
-                written.append(path)
+                written[path] = batch
                 count += len(batch)
     return written, count, None
 
@@ -284,7 +284,7 @@ def ship_to_server(
     GUARD.note = "nothing of this run is spooled yet"
     own, spooled, spool_error = _write_ahead(spool, lines, settings.batch_size)
     GUARD.note = f"unacknowledged lines are kept in {spool.dir} for the next run or 'flush'"
-    result = _replay_into(report, spool, writer, deadline, settings, frozenset(own))
+    result = _replay_into(report, spool, writer, deadline, settings, own)
     report.spooled = spooled - result.own_lines_sent - result.own_lines_rejected
     unspooled = lines[spooled:]
     if spool_error is not None:

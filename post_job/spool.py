@@ -319,11 +319,13 @@ def replay(
     writer: ServerWriter,
     deadline: Deadline,
     request_timeout: float,
-    own: frozenset[Path] = frozenset(),
+    own: dict[Path, Sequence[str]] | None = None,
 ) -> ReplayResult:
     """Send spooled batches oldest first, including files written while sending (listed
     again until none is new); stop at the first outage; keep what is unacknowledged.
-    ``own``: the files this run wrote ahead, counted apart from earlier runs' files."""
+    ``own``: the files this run wrote ahead and their lines (not read back from disk),
+    counted apart from earlier runs' files."""
+    own = own or {}
     result = ReplayResult()
     if not spool.pending():
         return result
@@ -352,12 +354,13 @@ def _replay_file(
     writer: ServerWriter,
     deadline: Deadline,
     request_timeout: float,
-    own: frozenset[Path],
+    own: dict[Path, Sequence[str]],
     result: ReplayResult,
 ) -> bool:
     """Send one spool file; False when the server stopped taking data."""
     try:
-        batch = spool.read(path)
+        # this run's own files hold exactly the lines it just wrote: no need to read them back
+        batch = DecodedBatch(list(own[path])) if path in own else spool.read(path)
     except FileNotFoundError:  # sent by another process between listing and reading
         return True
     except SpoolFileError as exc:
