@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 import zlib
 from collections.abc import Iterator, Sequence
@@ -28,10 +29,28 @@ class InputError(ValueError):
     """The input file cannot be read at all (the message names the file and the problem)."""
 
 
+def not_a_regular_file(path: str | Path) -> str | None:
+    """``"<file>: <problem>"`` when ``path`` is not a regular file (a FIFO or device would
+    block the hook or never end; a directory cannot be read), else None."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        return f"{path}: cannot read: {exc.strerror or exc}"
+    if stat.S_ISDIR(mode):
+        return f"{path}: cannot read: Is a directory"
+    if not stat.S_ISREG(mode):
+        return f"{path}: not a regular file (FIFO, socket or device); not read"
+    return None
+
+
 def read_input(path: Path, errors: list[str]) -> tuple[bytes, int]:
     """The file's content (gunzipped when it starts with the gzip magic, whatever its name)
     and its size on disk. A truncated gzip stream keeps its readable prefix and adds a line to
-    ``errors``; an unreadable file or corrupt gzip data raises InputError."""
+    ``errors``; an unreadable file, one that is not a regular file, or corrupt gzip data
+    raises InputError."""
+    problem = not_a_regular_file(path)
+    if problem:
+        raise InputError(problem)
     try:
         raw = path.read_bytes()
     except OSError as exc:

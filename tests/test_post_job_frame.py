@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import textwrap
 from pathlib import Path
 
@@ -428,3 +429,16 @@ def test_unusable_spool_dir_is_reported_not_raised(
     assert status == 1
     assert "cannot write (Not a directory); 1 line(s) sent without a spool" in err
     assert "1 lost" in err
+
+
+def test_a_fifo_or_directory_given_as_input_is_one_line_never_a_hang(tmp_path: Path, capsys):
+    fifo = tmp_path / "job.darshan"
+    os.mkfifo(fifo)
+    argv = ["--job-id", "1", "--darshan", str(fifo), "--darshan-text", str(fifo), str(tmp_path),
+            "--viztracer", str(fifo), "--geopm-report", str(fifo), "--recorder", str(fifo),
+            "--output", str(tmp_path / "out.lp"), "--time-limit", "20"]  # fmt: skip
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if " ERROR " in line]
+    assert len(errors) == 6 and "Traceback" not in err
+    assert sum("not a regular file" in line for line in errors) == 4

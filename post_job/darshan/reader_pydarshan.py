@@ -37,6 +37,7 @@ from post_job.darshan.model import (
     is_record_id_counter,
     partial_warning,
 )
+from post_job.files import not_a_regular_file
 
 # A Darshan log starts with its format version string, e.g. b"3.41\0\0\0\0".
 _MAGIC_PREFIXES = (b"3.", b"2.")
@@ -316,6 +317,9 @@ def _serve(conn: Connection, stderr_fd: int) -> None:
 
 
 def _check_looks_like_log(path: Path) -> None:
+    problem = not_a_regular_file(path)
+    if problem:
+        raise DarshanReadError(problem)
     try:
         with path.open("rb") as handle:
             head = handle.read(8)

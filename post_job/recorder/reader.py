@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from post_job.files import not_a_regular_file
+
 # A grammar that expands beyond this many calls per rank is treated as corrupt (it would
 # need > 2 GB of memory to hold); real traces this large are out of scope for a post-job hook.
 MAX_RECORDS_PER_RANK = 200_000_000
@@ -411,6 +413,9 @@ def _present_ranks(path: Path, nprocs: int, errors: list[str]) -> list[int]:
 
 
 def _read_file(path: Path) -> bytes:
+    problem = not_a_regular_file(path)
+    if problem:
+        raise RecorderTraceError(problem)
     try:
         return path.read_bytes()
     except OSError as exc:
