@@ -52,7 +52,11 @@ REAL = sorted(DATA.glob("*pr149*lustre2.12.5.txt"))
 RESULTS = REPO / "bench-results" / "jobstats.json"
 SCRAPERS = 20
 LOAD_SECONDS = 30
-LOAD_PERIODS = (1.0, 0.0)  # as 20 Prometheus servers would (1 s: a tight interval); flat out
+NO_SAMPLE = 1e5  # an interval longer than the run: the control, scrapes only
+# (scrape period, sampling interval): 20 Prometheus servers scraping every second while the
+# exporter samples every 10 s; the same without any sample during the run (the control:
+# what the machine itself adds); and scrapers flat out (saturates a 2-core machine).
+LOAD_RUNS = ((1.0, 10.0), (1.0, NO_SAMPLE), (0.0, 10.0))
 TARGETS = {
     "real_scrape_s": 0.3,
     "real_speedup_vs_yaml": 10.0,
@@ -329,15 +333,16 @@ def _scrape_until(
 
 
 def concurrent_scrapes(
-    root: Path, scrapers: int, seconds: float, period: float
+    root: Path, scrapers: int, seconds: float, period: float, interval: float
 ) -> dict[str, float]:
     """``scrapers`` processes scraping for ``seconds``, each every ``period`` seconds (0:
     back to back, which saturates this machine), gzip accepted (as Prometheus does), while
-    the exporter samples in the background every 10 s (its default)."""
+    the exporter samples in the background every ``interval`` seconds (10 is its default;
+    a very long one is the control: no sample during the run)."""
     args = [
         "--jobstats.source=procfs",
         f"--path.procfs={root}",
-        f"--jobstats.interval={os.environ.get('BENCH_INTERVAL', '10')}",
+        f"--jobstats.interval={interval:g}",
         "--log.level=warn",
     ]
     with (
@@ -360,6 +365,7 @@ def concurrent_scrapes(
     return {
         "scrapers": scrapers,
         "period_s": period,
+        "sampling_interval_s": interval,
         "duration_s": seconds,
         "scrapes": len(results),
         "p50_s": statistics.median(latencies),
@@ -423,7 +429,8 @@ def main() -> int:
         results["synthetic"] = synth_result
         seconds = 10 if args.quick else LOAD_SECONDS
         results["load"] = [
-            concurrent_scrapes(synth, SCRAPERS, seconds, period) for period in LOAD_PERIODS
+            concurrent_scrapes(synth, SCRAPERS, seconds, period, interval)
+            for period, interval in LOAD_RUNS
         ]
 
     worst_real = max(
@@ -444,7 +451,10 @@ def load_only(quick: bool) -> int:
         synth = Path(tmp) / "synthetic"
         synthetic_tree(synth, 8, 2_000 if quick else 10_000)
         seconds = 10 if quick else LOAD_SECONDS
-        loads = [concurrent_scrapes(synth, SCRAPERS, seconds, period) for period in LOAD_PERIODS]
+        loads = [
+            concurrent_scrapes(synth, SCRAPERS, seconds, period, interval)
+            for period, interval in LOAD_RUNS
+        ]
     print_load(loads)
     return 0
 
@@ -456,9 +466,13 @@ def print_load(loads: list[dict]) -> None:
 
 def _print_one_load(load: dict) -> None:
     pace = f"each every {load['period_s']:g} s" if load["period_s"] else "back to back"
+    interval = load["sampling_interval_s"]
+    sampling = (
+        "no sample during the run" if interval >= NO_SAMPLE else f"sampling every {interval:g} s"
+    )
     print(
         f"\n{load['scrapers']} scraper processes, {pace}, for {load['duration_s']:g} s, gzip, "
-        f"background sampling every 10 s: {load['scrapes']} scrapes"
+        f"{sampling}: {load['scrapes']} scrapes"
     )
     ratio = load["p99_s"] / load["p50_s"]
     print(

@@ -3,9 +3,9 @@ compressed once per sample so that every scrape, gzip or not, only copies bytes.
 
 from __future__ import annotations
 
+import threading
 import zlib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
@@ -30,37 +30,69 @@ def render_families(families: Iterable[Metric]) -> bytes:
     return generate_latest(registry)
 
 
-@dataclass(frozen=True, slots=True)
-class Compressed:
-    """An exposition compressed once: a raw deflate stream ending in a sync flush (so more
-    deflate data can follow it in the same gzip member), its CRC-32 and length. The text
-    itself is kept too unless it is big; then ``chunks()`` inflates it piece by piece."""
+_DEFLATING = threading.Lock()  # a lazy exposition is compressed once, by the first gzip scrape
 
-    deflated: bytes
-    crc: int
-    length: int
-    raw: bytes | None
+
+class Compressed:
+    """An exposition for every scrape: its text (unless big), and its compressed form, a raw
+    deflate stream ending in a sync flush (so more deflate data can follow it in the same gzip
+    member) with the text's CRC-32 and length. ``of()`` compresses at once (what a sampler
+    process sends); ``lazy()`` on the first gzip scrape (sampling on scrape: a plain scrape
+    then costs no compressing). Without the text, ``chunks()`` inflates it piece by piece."""
+
+    __slots__ = ("raw", "length", "_deflated", "_crc")
+
+    def __init__(
+        self, raw: bytes | None, length: int, deflated: bytes | None, crc: int | None
+    ) -> None:
+        self.raw = raw
+        self.length = length
+        self._deflated = deflated
+        self._crc = crc
 
     @classmethod
     def of(cls, raw: bytes, keep_raw_bytes: int = KEEP_RAW_BYTES) -> Compressed:
-        compressor = zlib.compressobj(SAMPLE_GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
-        deflated = compressor.compress(raw) + compressor.flush(zlib.Z_SYNC_FLUSH)
-        keep = raw if len(raw) <= keep_raw_bytes else None
-        return cls(deflated, zlib.crc32(raw), len(raw), keep)
+        deflated, crc = _deflate(raw)
+        return cls(raw if len(raw) <= keep_raw_bytes else None, len(raw), deflated, crc)
+
+    @classmethod
+    def lazy(cls, raw: bytes) -> Compressed:
+        return cls(raw, len(raw), None, None)
+
+    def __getstate__(self) -> tuple:
+        deflated, crc = self.deflated()
+        return (self.raw, self.length, deflated, crc)
+
+    def __setstate__(self, state: tuple) -> None:
+        self.raw, self.length, self._deflated, self._crc = state
+
+    def deflated(self) -> tuple[bytes, int]:
+        """(the deflate stream, the CRC-32 of the text)."""
+        if self._deflated is None:
+            with _DEFLATING:
+                if self._deflated is None:
+                    self._deflated, self._crc = _deflate(self.raw)
+        return self._deflated, self._crc
 
     def chunks(self, size: int = 1 << 20) -> Iterator[bytes]:
         """The text, in pieces of about ``size`` bytes."""
         if self.raw is not None:
             yield self.raw
             return
+        deflated = self._deflated
         inflater = zlib.decompressobj(-zlib.MAX_WBITS)
-        for start in range(0, len(self.deflated), size // 16):
-            data = inflater.decompress(self.deflated[start : start + size // 16])
+        for start in range(0, len(deflated), size // 16):
+            data = inflater.decompress(deflated[start : start + size // 16])
             if data:
                 yield data
         rest = inflater.flush()
         if rest:
             yield rest
+
+
+def _deflate(raw: bytes) -> tuple[bytes, int]:
+    compressor = zlib.compressobj(SAMPLE_GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
+    return compressor.compress(raw) + compressor.flush(zlib.Z_SYNC_FLUSH), zlib.crc32(raw)
 
 
 Part = bytes | Compressed
@@ -94,9 +126,10 @@ def gzip_parts(parts: list[Part]) -> list[bytes]:
             if compressor is not None:
                 out.append(compressor.flush(zlib.Z_SYNC_FLUSH))
                 compressor = None
-            out.append(part.deflated)
+            deflated, part_crc = part.deflated()
+            out.append(deflated)
             if number == 0:
-                crc = part.crc
+                crc = part_crc
             else:
                 for chunk in part.chunks():
                     crc = zlib.crc32(chunk, crc)

@@ -20,7 +20,7 @@ from pathlib import Path
 _COUNTER = re.compile(r"((?:samples|sum|sumsq):\s*)(\d+)")
 _JOB_ID = re.compile(r"^- job_id:\s*\"?([^\"\n]*?)\"?\s*$", re.MULTILINE)
 _OPERATION_LINE = re.compile(r"^(\s*)(\w+):(\s*\{[^}\n]*\})", re.MULTILINE)
-STORM_REQUEST_BYTES = 4096  # a storm job's reads and writes are this small
+STORM_REQUEST_BYTES = 4096  # a storm job's reads and writes are this small by default
 _SNAPSHOT = re.compile(r"^(\s*snapshot_time\s*:\s*)\d+(\.\d+)?", re.MULTILINE)
 _JOB_SPLIT = re.compile(r"^(?=- job_id:)", re.MULTILINE)
 _PARAM = re.compile(r"^((?:obdfilter|mdt)\.[^.\s]+\.job_stats)=", re.MULTILINE)
@@ -64,8 +64,9 @@ def _snapshot(match: re.Match[str], now: float) -> str:
     return match.group(1) + (f"{now:.9f}" if match.group(2) else str(int(now)))
 
 
-def _storm(entry: str, added: int) -> str:
-    """Add `added` operations to each one-line operation of the entry (small reads/writes)."""
+def _storm(entry: str, added: int, request_bytes: int) -> str:
+    """Add `added` operations to each one-line operation of the entry (reads and writes of
+    `request_bytes` each)."""
 
     def grow(match: re.Match[str]) -> str:
         body = re.sub(
@@ -76,7 +77,7 @@ def _storm(entry: str, added: int) -> str:
         if match.group(2) in ("read_bytes", "write_bytes"):
             body = re.sub(
                 r"(sum:\s*)(\d+)",
-                lambda m: f"{m.group(1)}{int(m.group(2)) + added * STORM_REQUEST_BYTES}",
+                lambda m: f"{m.group(1)}{int(m.group(2)) + added * request_bytes}",
                 body,
             )
         return match.group(1) + match.group(2) + ":" + body
@@ -89,9 +90,13 @@ def render(
     elapsed: float,
     now: float,
     storms: dict[str, float] | None = None,
+    storm_elapsed: float | None = None,
+    storm_request_bytes: int = STORM_REQUEST_BYTES,
 ) -> str:
     """The captures `elapsed` seconds on. `storms`: job id -> operations per second added to
-    each of that job's operations (4 KiB reads and writes): an I/O storm to alert on."""
+    each of that job's operations (reads and writes of `storm_request_bytes`) for the last
+    `storm_elapsed` seconds (default: all along): an I/O storm to alert on."""
+    storm_seconds = elapsed if storm_elapsed is None else max(0.0, storm_elapsed)
     out: list[str] = []
     for section in sections:
         out.append(f"{section.param}=\njob_stats:\n")
@@ -102,7 +107,8 @@ def render(
             )
             job = _JOB_ID.search(grown)
             if storms and job and job.group(1) in storms:
-                grown = _storm(grown, int(storms[job.group(1)] * elapsed))
+                added = int(storms[job.group(1)] * storm_seconds)
+                grown = _storm(grown, added, storm_request_bytes)
             out.append(_SNAPSHOT.sub(lambda m: _snapshot(m, now), grown) + "\n")
     return "".join(out)
 

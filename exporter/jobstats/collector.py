@@ -332,7 +332,9 @@ class JobstatsCollector(Collector):
             return self._worker.latest(deadline)
         arrived = self._generation
         if not self._sample_lock.acquire(timeout=max(deadline - time.monotonic(), 0)):
-            return self._snapshot or Compressed.of(b"")  # a sample outlived its own scrape
+            if self._snapshot is None:  # a big sample in progress outlived this scrape
+                raise TimeoutError("jobstats: the sample in progress outlived the scrape")
+            return self._snapshot
         try:
             if self._generation != arrived and self._snapshot is not None:
                 return self._snapshot  # another scrape sampled while we waited
@@ -348,6 +350,10 @@ class JobstatsCollector(Collector):
 
     def _sample_locked(self, deadline: float | None = None) -> bytes:
         started = time.perf_counter()
+        if self._snapshot is not None and self._snapshot.length > KEEP_RAW_BYTES:
+            # Never two big expositions in memory at once: a scrape that sampled has the
+            # previous one already, and concurrent ones wait for the new one.
+            self._snapshot = None
         buffer = io.BytesIO()
         try:
             self._collect(time.time(), buffer, deadline)
@@ -363,10 +369,13 @@ class JobstatsCollector(Collector):
         buffer.write(render_families([duration]))
         text = buffer.getvalue()  # shares the buffer's memory, no copy
         del buffer
-        # Sampling on scrape keeps the text as it always did (a plain scrape then costs no
-        # inflating); a background sample goes to the exporter compressed when it is big.
-        keep = len(text) if self.settings.interval == 0 else KEEP_RAW_BYTES
-        self._snapshot = Compressed.of(text, keep)  # scrapes switch to it whole, in one step
+        # Scrapes switch to the new sample whole, in one step. Sampling on scrape keeps the
+        # text and compresses it for the first gzip scrape only; a background sample goes to
+        # the exporter compressed (and without its text when big).
+        if self.settings.interval == 0:
+            self._snapshot = Compressed.lazy(text)
+        else:
+            self._snapshot = Compressed.of(text)
         self._generation += 1
         return text
 
