@@ -672,14 +672,14 @@ RULES: tuple[Rule, ...] = (
         "shared_data_imbalance",
         HIGH,
         "P18",
-        f"shared file: |slowest - fastest rank bytes| / bytes > {IMBALANCE_STRAGGLERS}",
+        f"shared file: abs(slowest - fastest rank bytes) / bytes > {IMBALANCE_STRAGGLERS}",
         _shared_imbalance("data", "P18"),
     ),
     Rule(
         "shared_time_imbalance",
         HIGH,
         "P19",
-        f"shared file: |slowest - fastest rank time| / I/O time > {IMBALANCE_STRAGGLERS}",
+        f"shared file: abs(slowest - fastest rank time) / I/O time > {IMBALANCE_STRAGGLERS}",
         _shared_imbalance("time", "P19"),
     ),
     Rule(

@@ -315,7 +315,7 @@ def test_html_renders_in_headless_chromium(stack: dict, tmp_path: Path) -> None:
         f"--user-data-dir={tmp_path / 'profile'}",
         "--enable-logging=stderr",
         "--v=0",
-        "--window-size=1100,2600",
+        "--window-size=1100,3800",
         f"--screenshot={shot}",
         page.as_uri(),
     ]
