@@ -51,6 +51,21 @@ OPS = {
     ),
 }
 PREFIX = {"MPI-IO": "MPIIO"}
+LOWER = {
+    "MPI-IO": ("POSIX",),
+    "H5F": ("MPI-IO", "POSIX"),
+    "H5D": ("MPI-IO", "POSIX"),
+    "PNETCDF_VAR": ("MPI-IO", "POSIX"),
+    "PNETCDF_FILE": ("PNETCDF_VAR", "MPI-IO", "POSIX"),
+    "DFS": ("DAOS",),
+}
+BYTES = {
+    module: (
+        f"{PREFIX.get(module, module)}_BYTES_READ",
+        f"{PREFIX.get(module, module)}_BYTES_WRITTEN",
+    )
+    for module in (*OPS, "PNETCDF_FILE")
+}
 
 
 class Missing(Exception):
@@ -200,6 +215,26 @@ def test_module_sums_job_totals_and_times_are_never_negative(path: Path) -> None
             assert isinstance(value, NA) or value >= 0, (path.name, module.module, name)
     for name, value in signals.job.items():
         assert value >= 0, (path.name, name)
+    # job totals: modules with records, each counted unless one it is built on is present
+    # (README: MPI-IO over POSIX, H5*/PNETCDF_VAR over MPI-IO/POSIX, PNETCDF_FILE over
+    # PNETCDF_VAR, DFS over DAOS); a -1 counts as 0
+    present = {m for (m, _, _) in theirs}
+    counted = [m for m in present if not any(low in present for low in LOWER.get(m, ()))]
+    assert sorted(signals.counted_modules) == sorted(counted)
+    for signal, names_of in (
+        ("total_bytes_read", lambda m: BYTES.get(m, (None, None))[0]),
+        ("total_bytes_written", lambda m: BYTES.get(m, (None, None))[1]),
+        ("total_reads", lambda m: OPS.get(m, ((), ()))[0]),
+        ("total_writes", lambda m: OPS.get(m, ((), ()))[1]),
+    ):
+        want = 0
+        for (module, _, _), c in theirs.items():
+            names = names_of(module) if module in counted else None
+            if not names:
+                continue
+            for name in (names,) if isinstance(names, str) else names:
+                want += max(0, c[name])
+        assert signals.job[signal] == want, (path.name, signal)
     # no negative time or bandwidth at record level either
     for row in our_records(signals).values():
         for name, value in row.items():

@@ -21,6 +21,7 @@ from tests.darshan_helpers import (
     IOR_DFS,
     IOR_HDF5,
     IOR_POSIX,
+    LOGS,
     MPI_IO_TEST,
     PAIRS,
     SKEW,
@@ -204,7 +205,10 @@ def test_module_bandwidth_is_darshan_parsers_agg_perf_by_slowest(binary_signals,
             )
 
 
-@pytest.mark.parametrize("stem", [IOR_DFS, IOR_HDF5, E3SM, INACTIVE])
+ALL_STEMS = sorted(p.stem for p in LOGS.glob("*.darshan"))
+
+
+@pytest.mark.parametrize("stem", ALL_STEMS, ids=[s[:40] for s in ALL_STEMS])
 def test_module_time_matches_darshan_utils_c_accumulator(binary_signals, stem):
     import darshan
     from darshan.backend.cffi_backend import accumulate_records
@@ -221,6 +225,9 @@ def test_module_time_matches_darshan_utils_c_accumulator(binary_signals, stem):
             report.records[module.module][0], module.module, nprocs
         ).derived_metrics
         values = module.values
+        if values["agg_time_by_slowest"] == NA("invalid_time"):
+            # garbage timers (negative, not -1): darshan-util adds them up regardless
+            continue
         # full precision on both sides: only the order of the sums differs
         assert values["agg_time_by_slowest"] == pytest.approx(
             derived.agg_time_by_slowest, rel=1e-12, abs=1e-15
@@ -232,7 +239,9 @@ def test_module_time_matches_darshan_utils_c_accumulator(binary_signals, stem):
                 derived.agg_perf_by_slowest, rel=1e-12
             )
         checked += 1
-    assert checked
+    assert checked or not any(
+        m.module in ("POSIX", "MPI-IO", "STDIO", "DFS", "DAOS") for m in signals.modules
+    )
 
 
 def test_module_signals_and_job_totals_without_double_counting(binary_signals):
@@ -266,7 +275,7 @@ def spec_heatmap(reads: np.ndarray, writes: np.ndarray, width: float) -> dict[st
     tr, tw, ta = sum(reads.tolist()), sum(writes.tolist()), sum(activity)
 
     def entropy(values, total):
-        if total <= 0:
+        if total <= 0 or n <= 1:  # spec: no bytes, or a single bin (log N = 0): 0
             return 0.0
         h = -sum((v / total) * math.log(v / total) for v in values if v > 0)
         return h / math.log(n)
@@ -289,11 +298,13 @@ def pydarshan_heatmaps(stem):
     import darshan
 
     report = darshan.DarshanReport(str(log_path(stem)), read_all=False)
+    if "HEATMAP" not in report.modules:
+        return {}
     report.read_all_heatmap_records()
     return report.heatmaps
 
 
-@pytest.mark.parametrize("stem", [E3SM, INACTIVE])
+@pytest.mark.parametrize("stem", ALL_STEMS, ids=[s[:40] for s in ALL_STEMS])
 def test_job_level_heatmap_signals(binary_signals, stem):
     _, signals = binary_signals(stem)
     totals = {h.submodule: h for h in signals.heatmap_totals}
