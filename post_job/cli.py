@@ -148,11 +148,7 @@ def build_parser() -> _Parser:
         help="job id and user from Slurm's environment, the rest from --config",
     )
     epilog.add_argument("--config", metavar="FILE.yaml")
-    epilog.add_argument(
-        "--strict",
-        action="store_true",
-        help="in epilog mode, exit non-zero when something went wrong",
-    )
+    add_flag(epilog, option("", "strict"))
     add_writer_arguments(parser)
     return parser
 

@@ -137,12 +137,6 @@ def _url(value: Any, where: str) -> str:
     return value
 
 
-def _flag(value: Any, where: str) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{where} must be true or false, not {value!r}")
-    return value
-
-
 def _patterns(value: Any, where: str) -> list[str]:
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not items:
@@ -164,7 +158,7 @@ def parse_config(data: Mapping[str, Any], path: Path | str = "config") -> Epilog
             value = option("", key).from_config(data[key], _where(path, key))
             setattr(config, "time_limit" if key == "time_limit_seconds" else key, value)
     if "strict" in data:
-        config.strict = _flag(data["strict"], _where(path, "strict"))
+        config.strict = option("", "strict").from_config(data["strict"], _where(path, "strict"))
     if "log" in data:
         if data["log"] not in ("stderr", "syslog"):
             raise ConfigError(f"{_where(path, 'log')} must be 'stderr' or 'syslog'")

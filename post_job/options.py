@@ -88,6 +88,13 @@ class Option:
 
 OPTIONS: tuple[Option, ...] = (
     Option(
+        "strict",
+        "--strict",
+        "bool",
+        False,
+        "in epilog mode, exit non-zero when something went wrong",
+    ),
+    Option(
         "time_limit_seconds",
         "--time-limit",
         "seconds",

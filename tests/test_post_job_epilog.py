@@ -517,3 +517,39 @@ def test_input_discovery_finds_exactly_the_files_of_the_job(cluster: str, decoy:
         days = [dt.date(2026, 1, 1), dt.date(2026, 1, 2)]
         pattern = str(root) + "/{cluster}/{year}-{month}-{day}/{user}_{jobid}.report"
         assert find_files([pattern], job, cluster, None, days) == sorted(wanted)
+
+
+def test_every_registry_option_is_a_flag_and_a_config_key_with_one_default(tmp_path) -> None:
+    """post_job/options.py is the only place a typed setting is declared: its flag, its YAML
+    key, its type and its default come from there."""
+    from post_job.cli import build_parser
+    from post_job.options import OPTIONS
+
+    actions = {a.option_strings[0]: a for a in build_parser()._actions if a.option_strings}
+    base = {"writers": {"output": str(tmp_path / "x.lp")}}
+    for item in OPTIONS:
+        if item.flag:
+            assert actions[item.flag].dest == item.dest
+            assert actions[item.flag].default in (item.default, False if item.kind == "bool" else 0)
+        good = True if item.kind == "bool" else (2 if item.kind == "int" else 2.5)
+        for value, ok in ((good, True), ("text", False), ([1], False)):
+            data = json_copy(base)
+            if item.section.startswith("sources."):
+                source = item.section.split(".", 1)[1]
+                inputs = {"darshan": "logs", "recorder": "dirs", "viztracer": "traces"}[source]
+                data["sources"] = {source: {inputs: "/x/*", item.key: value}}
+            elif item.section == "writers":
+                data["writers"][item.key] = value
+            else:
+                data[item.key] = value
+            if ok:
+                parse_config(data, "c.yaml")
+            else:
+                with pytest.raises(ConfigError, match=rf"{item.key} must be "):
+                    parse_config(data, "c.yaml")
+
+
+def json_copy(data: dict) -> dict:
+    import json
+
+    return json.loads(json.dumps(data))
