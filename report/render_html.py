@@ -78,6 +78,12 @@ def render_html(job: JobData, report: dict) -> str:
     parts.append("<h2>I/O over time and per rank</h2>")
     parts.append(_figure("Darshan heatmap bins (bytes moved)", charts.heatmap_timeline(job)))
     parts.append(_figure("Bytes per rank", charts.bytes_per_rank(bytes_per_rank(job))))
+    posix = job.darshan.files.get("POSIX") if job.darshan else None
+    if posix is not None and not posix.complete:
+        parts.append(
+            f"<p><small>Only the {len(posix)} of {posix.total_records} POSIX records the hook"
+            " stored (top by bytes and time, and shared files); give --darshan for all.</small></p>"
+        )
     parts.append("<h2>Top files and functions</h2>")
     files = "".join(
         f"<tr><td class='n'>{_e(human_bytes(f['bytes_read'] + f['bytes_written']))}</td>"

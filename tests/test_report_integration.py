@@ -73,6 +73,16 @@ class Replay(threading.Thread):
             write_atomically(self.path, text)
 
 
+ALERT_RULES = """
+groups:
+  - name: report-test
+    rules:
+      - alert: JobWriteStorm
+        expr: lustre_job_write_bytes_per_second > 500e6
+        labels: {severity: warning}
+"""
+
+
 class Power(threading.Thread):
     """A package zone whose energy_uj grows at WATTS."""
 
@@ -135,12 +145,15 @@ def stack(influxdb1, tmp_path_factory) -> Iterator[dict]:
     ]
     replay.start()
     power.start()
+    rules = work / "rules.yml"
+    rules.write_text(ALERT_RULES)
     try:
         with (
             servers.run_exporter(args, work) as exporter,
             servers.run_prometheus(
                 [{"job_name": "hpcmon", "static_configs": [{"targets": [exporter.address]}]}],
                 scrape_interval="1s",
+                rule_files=[str(rules)],
             ) as prom,
         ):
             prom.wait_for(f'lustre_job_write_bytes_per_second{{jobid="{JOB}"}}', timeout=60)
@@ -213,6 +226,8 @@ def test_json_report_from_real_servers(stack: dict) -> None:
     )
     assert target["write_bytes"] == pytest.approx(float(expected["value"][1]), rel=1e-6)
     assert target["share"] > 0.5
+    (alert,) = report["file_system"]["alerts"]  # the storm fired the test's alert rule
+    assert alert["alertname"] == "JobWriteStorm" and alert["jobid"] == JOB
     ids = {i["id"] for i in report["insights"]}
     assert "target_dominated" in ids
     assert "python_hotspot" in ids
