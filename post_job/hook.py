@@ -278,10 +278,10 @@ def ship_to_server(
     deleting each file once acknowledged (a kill at any instant loses nothing). Without one:
     send in batches; what the server does not acknowledge is lost and counted."""
     if not settings.spool_dir:
+        GUARD.note = "lines the server had not acknowledged are lost (no --spool-dir)"
         return _send_direct(lines, writer, settings, deadline, DestinationReport(writer.describe()))
     report = DestinationReport(writer.describe())
     spool = Spool(settings.spool_dir, writer.kind)
-    GUARD.note = "nothing of this run is spooled yet"
     own, spooled, spool_error = _write_ahead(spool, lines, settings.batch_size)
     GUARD.note = f"unacknowledged lines are kept in {spool.dir} for the next run or 'flush'"
     result = _replay_into(report, spool, writer, deadline, settings, own)
@@ -293,11 +293,11 @@ def ship_to_server(
         report.written += direct.written
         report.rejected += direct.rejected
         report.lost += direct.lost
-        report.problems = [p for p in report.problems] + [
+        report.problems.append(
             f"spool {spool.dir}: cannot write ({spool_error}); {len(unspooled)} line(s) sent "
             f"without a spool: {direct.written} written, {direct.rejected} rejected, "
             f"{direct.lost} lost; the spool already there is intact"
-        ]
+        )
     down = result.unavailable_reason
     if down is not None and report.spooled:
         log.warning(
@@ -407,6 +407,7 @@ class RunReport:
 def run_job(
     job: JobContext, requests: Sequence[SourceRequest], settings: WriterSettings, deadline: Deadline
 ) -> RunReport:
+    GUARD.note = "nothing of this run is spooled yet"
     output = collect(requests, job)
     lines, encode_problems = points_to_lines(output.points)
     report = RunReport(

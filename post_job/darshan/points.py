@@ -86,15 +86,17 @@ def log_points(
         fields["bin_width"] = float(heatmap.bin_width)
         fields["nbins"] = int(len(heatmap.read_bins))
         points.append(Point("darshan_heatmap", tags, fields, start_ns))
-        for k in range(len(heatmap.read_bins)):
-            offset_ns = seconds_to_ns(k * heatmap.bin_width)
-            bin_fields = {
-                "read_bytes": int(heatmap.read_bins[k]),
-                "write_bytes": int(heatmap.write_bins[k]),
-                "bin": k,
-            }
+        width = heatmap.bin_width
+        reads, writes = heatmap.read_bins.tolist(), heatmap.write_bins.tolist()
+        for k, (read, written) in enumerate(zip(reads, writes, strict=True)):
+            bin_fields = {"read_bytes": int(read), "write_bytes": int(written), "bin": k}
             points.append(
-                Point("darshan_heatmap_bin", dict(tags), bin_fields, start_ns + offset_ns)
+                Point(
+                    "darshan_heatmap_bin",
+                    dict(tags),
+                    bin_fields,
+                    start_ns + seconds_to_ns(k * width),
+                )
             )
     return points
 

@@ -49,6 +49,7 @@ class NA:
 
 
 Value = int | float | NA
+_NA_BY_CODE = {code: NA(reason) for reason, code in _CODE.items()}
 
 
 @dataclass(frozen=True)
@@ -199,7 +200,16 @@ class RecordSignals:
         return len(self.record_ids)
 
     def row(self, index: int) -> dict[str, Value]:
-        return {name: column.get(index) for name, column in self.columns.items()}
+        lists = self.__dict__.get("_lists")
+        if lists is None:  # columns as Python lists, once: rows are read one by one
+            lists = self.__dict__["_lists"] = [
+                (name, column.values.tolist(), column.codes.tolist())
+                for name, column in self.columns.items()
+            ]
+        return {
+            name: (_NA_BY_CODE[codes[index]] if codes[index] else values[index])
+            for name, values, codes in lists
+        }
 
 
 @dataclass
@@ -324,6 +334,15 @@ def inconsistencies(table: ModuleTable, layout: Layout) -> str:
 def _canonical(table: ModuleTable) -> ModuleTable:
     """Rows sorted by (rank, record_id), so sums do not depend on the reader's record order."""
     order = np.lexsort((table.record_ids, table.ranks))
+    if (order[1:] > order[:-1]).all():  # already in order (the usual case): no copies
+        return ModuleTable(
+            table.module,
+            table.record_ids,
+            table.ranks,
+            dict(table.counters),
+            dict(table.fcounters),
+            table.partial,
+        )
     return ModuleTable(
         module=table.module,
         record_ids=table.record_ids[order],
