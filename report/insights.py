@@ -40,7 +40,7 @@ TARGET_MIN_OPS = 10_000
 SPIKE_FACTOR = 3.0  # target rate above 3x its median over the window
 IO_BOUND_BIN = 0.1  # a heatmap bin moving >= 10% of the peak bin is an I/O phase
 ENERGY_IO_SHARE = 0.2
-PYTHON_HOTSPOT_SHARE = 0.2  # one function's self time / traced time
+PYTHON_HOTSPOT_SHARE = 0.3  # one function's self time / traced time
 PYTHON_HOTSPOT_HIGH = 0.5
 
 

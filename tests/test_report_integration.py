@@ -266,6 +266,20 @@ def test_io_phase_and_energy_rules_on_real_series(stack: dict) -> None:
     assert "energy_waiting_io" not in before
 
 
+def test_target_not_dominated_before_the_storm(stack: dict) -> None:
+    """Over the calm part of the window the job has its replayed share (about 16 %)."""
+    storm = stack["start"] + (stack["end"] - stack["start"]) * STORM_AFTER
+    sources = Sources(
+        InfluxSettings(v1_url=stack["influx"].url, database="hpcmon"),
+        stack["prom"].url,
+        window=(stack["start"], storm - 2),
+    )
+    job = collect(JOB, "test", sources)
+    (target,) = [t for t in job.prometheus.targets if t.target == "public1-OST0005"]
+    assert 0 < target.share < 0.5
+    assert "target_dominated" not in {i.id for i in diagnose(job)[0]}
+
+
 def test_v2_compatibility_query_path_reads_the_same_rows(stack: dict, monkeypatch) -> None:
     """--influx.url/org/bucket go through the 1.x-compatible /query with a token header;
     InfluxDB 1.6.7 (auth off) answers it like a 2.x bucket with its DBRP mapping would."""
