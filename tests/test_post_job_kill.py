@@ -196,7 +196,9 @@ def test_kill_at_random_moments_then_flush_delivers_every_point_once(
             assert process.returncode == 1 and gone < 1.0, (process.returncode, gone, err)
             assert err.strip().splitlines()[-1].count("SIGTERM") == 1
             assert sum("SIGTERM" in line for line in err.splitlines()) == 1
-        elif how == signal.SIGKILL and process.returncode == -how.value:
+        elif process.returncode == -how.value:
+            # SIGKILL, or a SIGTERM before the handler was installed (Python still importing:
+            # nothing of the run had started)
             interrupted += 1
         else:  # the run finished before the signal: fine, nothing to recover
             assert process.returncode in (0, 1), err
