@@ -31,6 +31,7 @@ from report.records import (
     darshan_from_rows,
     functions_from_rows,
     geopm_from_rows,
+    traced_files_from_rows,
 )
 
 SCHEMA_VERSION = 1
@@ -62,6 +63,7 @@ def collect(job_id: str, cluster: str | None, sources: Sources) -> JobData:
     if rows is not None:
         job.darshan = darshan_from_rows(rows)
         job.functions = functions_from_rows(rows)
+        job.traced_files = traced_files_from_rows(rows)
         job.geopm = geopm_from_rows(rows)
         if job.darshan is None:
             job.missing.append(f"Darshan: no darshan_job point for job {job_id}")
@@ -270,6 +272,15 @@ def build(job: JobData, sources: Sources | None = None) -> dict:
                 "self_seconds": _f(f.self_time),
             }
             for f in job.functions[:10]
+        ],
+        "recorder_files": [
+            {
+                "file": f.name,
+                "accesses": _f(f.accesses),
+                "ranks": _f(f.ranks),
+                "time_seconds": _f(f.time),
+            }
+            for f in job.traced_files[:10]
         ],
         "insights": [
             {

@@ -25,6 +25,7 @@ MEASUREMENTS = (
     "darshan_heatmap",
     "darshan_heatmap_bin",
     "recorder_function",
+    "recorder_file",
     "viztracer_function",
     "viztracer_summary",
     "geopm_totals",

@@ -128,6 +128,16 @@ class FunctionStat:
 
 
 @dataclass
+class TracedFile:
+    """A file in a Recorder trace: how often and by how many ranks it was accessed."""
+
+    name: str
+    accesses: float
+    ranks: float
+    time: float  # seconds
+
+
+@dataclass
 class GeopmEnergy:
     hosts: int = 0
     energy_joules: float = 0.0  # package + dram over the application, all hosts
@@ -187,6 +197,7 @@ class JobData:
     cluster: str = ""
     darshan: DarshanData | None = None
     functions: list[FunctionStat] = field(default_factory=list)
+    traced_files: list[TracedFile] = field(default_factory=list)  # Recorder
     geopm: GeopmEnergy | None = None
     prometheus: PrometheusData | None = None
     window: tuple[float, float] | None = None  # epoch seconds

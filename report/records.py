@@ -23,6 +23,7 @@ from report.model import (
     GeopmEnergy,
     HeatmapSeries,
     ModuleTotals,
+    TracedFile,
 )
 
 NS = 1e9
@@ -234,6 +235,17 @@ def functions_from_rows(rows: Rows) -> list[FunctionStat]:
                 stat.self_time = (stat.self_time or 0.0) + self_time
     out = sorted(merged.values(), key=lambda s: -s.total_time)
     return out
+
+
+def traced_files_from_rows(rows: Rows) -> list[TracedFile]:
+    merged: dict[str, TracedFile] = {}
+    for row in rows.get("recorder_file", []):
+        name = str(row.get("file", "?"))
+        item = merged.setdefault(name, TracedFile(name, 0.0, 0.0, 0.0))
+        item.accesses += _finite([_num(row, "accesses")])
+        item.ranks = max(item.ranks, _finite([_num(row, "ranks")]))
+        item.time += _finite([_num(row, "time_seconds")])
+    return sorted(merged.values(), key=lambda f: -f.accesses)
 
 
 def geopm_from_rows(rows: Rows) -> GeopmEnergy | None:

@@ -96,6 +96,17 @@ def render_html(job: JobData, report: dict) -> str:
         if files
         else "<p>(no Darshan records)</p>"
     )
+    traced = "".join(
+        f"<tr><td class='n'>{_e(number(f['accesses']))}</td><td class='n'>{_e(number(f['ranks']))}"
+        f"</td><td class='n'>{_e(number(f['time_seconds'], 's'))}</td>"
+        f"<td><code>{_e(f['file'])}</code></td></tr>"
+        for f in report["recorder_files"]
+    )
+    if traced:
+        parts.append(
+            "<table><tr><th>accesses</th><th>ranks</th><th>time</th><th>file (Recorder)</th>"
+            f"</tr>{traced}</table>"
+        )
     functions = "".join(
         f"<tr><td class='n'>{_e(number(f['total_seconds'], 's'))}</td><td>{_e(f['source'])}</td>"
         f"<td class='n'>{_e(number(f['calls']))}</td><td><code>{_e(f['function'])}</code></td></tr>"

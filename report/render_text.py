@@ -40,6 +40,13 @@ def render_text(report: dict) -> str:
         lines.append(f"  {moved:>10}  {f['module']:<7} rank {f['rank']:>4}  {f['file']}")
     if not report["top_files"]:
         lines.append("  (no Darshan records)")
+    if report["recorder_files"]:
+        lines += ["", "== Recorder: top files by accesses =="]
+        for f in report["recorder_files"]:
+            lines.append(
+                f"  {number(f['accesses']):>10} accesses  {number(f['ranks'])} ranks"
+                f"  {number(f['time_seconds'], 's')}  {f['file']}"
+            )
     lines += ["", "== Top functions =="]
     for f in report["top_functions"] or []:
         lines.append(

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from post_job.darshan import collect_darshan
 from post_job.model import JobContext
-from report.api import build, render, write_report
+from report.api import Sources, build, render, write_report
 from report.darshan_log import darshan_from_logs
 from report.influx import InfluxSettings
 from report.model import JobData
@@ -170,6 +170,18 @@ def test_hostile_rows_never_break_the_report(rows) -> None:
 def test_hostile_rows_still_give_a_page(rows) -> None:
     job = JobData("1", darshan=darshan_from_rows(rows))
     assert render(job, build(job), "html").endswith("</html>\n")
+
+
+def test_grafana_link_spans_the_window() -> None:
+    job = job_from_log(LOGS / "mpi-io-test-x86_64-3.5.0.darshan")
+    job.window = (1700000000.0, 1700000100.5)
+    url = build(job, Sources(grafana_url="https://grafana.example/", grafana_dashboard="j"))[
+        "grafana_url"
+    ]
+    assert url == (
+        "https://grafana.example/d/j?var-jobid=42&var-cluster=c&from=1700000000000&to=1700000100500"
+    )
+    assert build(job)["grafana_url"] is None
 
 
 def test_write_report_for_the_epilog(tmp_path: Path) -> None:

@@ -226,6 +226,8 @@ def test_json_report_from_real_servers(stack: dict) -> None:
     )
     assert target["write_bytes"] == pytest.approx(float(expected["value"][1]), rel=1e-6)
     assert target["share"] > 0.5
+    # Recorder's files as the hook stored them (the bundled trace: 2 ranks)
+    assert report["recorder_files"] and all(f["ranks"] <= 2 for f in report["recorder_files"])
     (alert,) = report["file_system"]["alerts"]  # the storm fired the test's alert rule
     assert alert["alertname"] == "JobWriteStorm" and alert["jobid"] == JOB
     ids = {i["id"] for i in report["insights"]}
