@@ -11,9 +11,6 @@ report raises too, and the pairs only the report raises. Writes a Markdown table
 from __future__ import annotations
 
 import argparse
-import csv
-import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -22,27 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from report.darshan_log import darshan_from_logs  # noqa: E402
-from report.insights import RULES, diagnose  # noqa: E402
+from report.insights import diagnose  # noqa: E402
 from report.model import JobData  # noqa: E402
-
-COVERED = {r.drishti for r in RULES if r.drishti}
-
-
-def drishti(log: Path, workdir: Path) -> set[str] | None:
-    binary = shutil.which("drishti") or str(Path(sys.executable).parent / "drishti")
-    run = subprocess.run(
-        [binary, "--csv", "--export_dir", str(workdir), str(log)],
-        cwd=workdir,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    found = list(workdir.glob(f"{log.stem}*.csv"))
-    if run.returncode != 0 or not found:
-        return None
-    with open(found[0]) as handle:
-        header, *rows = list(csv.reader(handle))
-    return {c for c, v in zip(header, rows[-1], strict=True) if v == "True"} & COVERED
+from tests.report_drishti import COVERED, drishti_codes  # noqa: E402
 
 
 def ours(log: Path) -> set[str] | None:
@@ -60,7 +39,7 @@ def main() -> int:
     lines, total, agreed, extra, skipped = [], 0, 0, 0, []
     for log in sorted(args.logs.glob("*.darshan")):
         with tempfile.TemporaryDirectory() as directory:
-            theirs = drishti(log, Path(directory))
+            theirs = drishti_codes(log, Path(directory))
         mine = ours(log)
         if theirs is None or mine is None:
             skipped.append(log.name)

@@ -10,13 +10,13 @@ The result is plain rows: ``{measurement: [{"time": ns, tag: value, field: value
 from __future__ import annotations
 
 import base64
-import json
 import os
-import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+
+from report.http import ReadError, read_json
 
 MEASUREMENTS = (
     "darshan_job",
@@ -122,18 +122,10 @@ def read_job_rows(settings: InfluxSettings, job_id: str, cluster: str | None = N
     """Every post-job point of the job, by measurement (empty lists when none)."""
     query = job_queries(job_id, cluster, settings.retention_policy if settings.v1_url else None)
     request = _request(settings, query)
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        with opener.open(request, timeout=settings.timeout) as response:
-            body = json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        detail = exc.read()[:200].decode("utf-8", "replace").strip()
-        raise InfluxReadError(f"{settings.describe()}: HTTP {exc.code} {detail}") from exc
-    except (urllib.error.URLError, OSError, TimeoutError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise InfluxReadError(f"{settings.describe()}: {reason}") from exc
-    except ValueError as exc:
-        raise InfluxReadError(f"{settings.describe()}: answer is not JSON") from exc
+        body = read_json(request, settings.timeout, settings.describe())
+    except ReadError as exc:
+        raise InfluxReadError(str(exc)) from exc
     return parse_results(body, settings)
 
 

@@ -8,14 +8,12 @@ joined to ``hpc_node_job_info`` for the job's nodes, and ``ALERTS`` carrying the
 
 from __future__ import annotations
 
-import json
 import re
-import urllib.error
 import urllib.parse
-import urllib.request
 
 import numpy as np
 
+from report.http import ReadError, read_json
 from report.model import PrometheusData, Series, TargetUse
 
 # The Lustre jobid label is "<id>", or "<id>:<uid>:<host>" / "<id>.<step>" with jobid_var
@@ -37,25 +35,14 @@ class PrometheusClient:
     def __init__(self, url: str, timeout: float = 30.0) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
     def _get(self, path: str, params: dict) -> list[dict]:
         url = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
         try:
-            with self._opener.open(url, timeout=self.timeout) as response:
-                body = json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            try:
-                detail = json.loads(exc.read()).get("error", "")
-            except ValueError:
-                detail = ""
-            raise PrometheusReadError(f"Prometheus {self.url}: HTTP {exc.code} {detail}") from exc
-        except (urllib.error.URLError, OSError, TimeoutError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise PrometheusReadError(f"Prometheus {self.url}: {reason}") from exc
-        except ValueError as exc:
-            raise PrometheusReadError(f"Prometheus {self.url}: answer is not JSON") from exc
-        if body.get("status") != "success":
+            body = read_json(url, self.timeout, f"Prometheus {self.url}")
+        except ReadError as exc:
+            raise PrometheusReadError(str(exc)) from exc
+        if not isinstance(body, dict) or body.get("status") != "success":
             raise PrometheusReadError(f"Prometheus {self.url}: {body.get('error', body)}")
         return body["data"]["result"]
 
