@@ -4,7 +4,9 @@ Target: < 3 s (median) from typed input to all three renderings. Two inputs, bot
 with real layouts: "log" = the hook reader's DarshanLog (100,000 POSIX records with every
 counter, 1,000 per-rank heatmaps of 200 bins), and "points" = the rows InfluxDB would return
 if the hook had stored all 100,000 records (the real hook's signals and points, converted to
-rows). The report also gets 16 Lustre targets and a power series of 300 samples, and 50
+rows), and the real read of the hook's default points (top 100 records per module, the
+shared files and the 1,000 x 200 heatmap bins summed over ranks) from InfluxDB 1.6.7 over
+HTTP. The report also gets 16 Lustre targets and a power series of 300 samples, and 50
 functions. Each row is read -> typed records -> insights -> text + JSON + HTML.
 
 Comparison, in the same run: Drishti (drishti-io, the tool the diagnosis agrees with) and
@@ -23,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -32,11 +35,14 @@ sys.path.insert(0, str(ROOT))
 
 from timing import median_seconds  # noqa: E402
 
+from hpcmon.points import to_lines  # noqa: E402
+from hpcmon.servers import run_influxdb1  # noqa: E402
 from post_job.darshan.model import DarshanLog, HeatmapRecord, JobInfo, ModuleTable  # noqa: E402
 from post_job.darshan.points import log_points  # noqa: E402
 from post_job.darshan.signals import compute_signals  # noqa: E402
-from report.api import build, render  # noqa: E402
+from report.api import Sources, build, collect, render  # noqa: E402
 from report.darshan_log import darshan_from_log_objects  # noqa: E402
+from report.influx import InfluxSettings  # noqa: E402
 from report.model import FunctionStat, JobData, PrometheusData, Series, TargetUse  # noqa: E402
 from report.records import darshan_from_rows, rows_from_points  # noqa: E402
 
@@ -142,6 +148,31 @@ def main() -> int:
         results[f"{name}_s"] = seconds
         print(
             f"  {name:<7} records -> insights -> text+json+html  {seconds:6.2f} s   (target < 3 s)"
+        )
+    # The real read: the hook's default points (top 100 records per module by bytes and by
+    # time, plus every shared file) in InfluxDB 1.6.7, read back with InfluxQL over HTTP.
+    stored = log_points(log.job, signals, {"jobid": "1"}, log.names, top_records=100)
+    with run_influxdb1() as influx:
+        influx.create_database("hpcmon")
+        lines = to_lines(stored).splitlines()
+        for k in range(0, len(lines), 5000):
+            body = "\n".join(lines[k : k + 5000]).encode()
+            request = urllib.request.Request(f"{influx.url}/write?db=hpcmon&precision=ns", body)
+            urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request).read()
+        sources = Sources(InfluxSettings(v1_url=influx.url, database="hpcmon"))
+
+        def from_influx() -> int:
+            job = collect("1", None, sources)
+            job.prometheus, job.functions = prom, functions
+            job.window = (START, START + 1020)
+            return report_all(job)
+
+        from_influx()
+        seconds = median_seconds(from_influx, repeats)
+        results.update(influx_points=len(stored), influx_s=seconds)
+        print(
+            f"  InfluxDB 1.6.7 ({len(stored)} points: the hook's default top-100 records)"
+            f" -> text+json+html  {seconds:6.2f} s   (target < 3 s)"
         )
     with tempfile.TemporaryDirectory() as directory:
         out = Path(directory)
