@@ -150,23 +150,16 @@ def _tls_context(tls: dict[str, Any], base: Path, path: str) -> ssl.SSLContext:
     cert, key = tls.get("cert_file"), tls.get("key_file")
     if not isinstance(cert, str) or not isinstance(key, str) or not cert or not key:
         raise ConfigError(f"{path}: tls_server_config needs cert_file and key_file")
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    # Relative paths are relative to the config file, as in exporter-toolkit;
-    # symlinks (certbot's live/ directory) are followed by the ssl module.
-    try:
-        ctx.load_cert_chain(str(base / cert), str(base / key))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path}: cannot load cert_file/key_file: {exc}") from None
-    ctx.minimum_version = _choice(
+    # Every value is checked before any file is read: the first error is about the setting.
+    minimum = _choice(
         tls.get("min_version", "TLS12"), "tls_server_config.min_version", _TLS_VERSIONS, path
     )
+    maximum = None
     if "max_version" in tls:
-        ctx.maximum_version = _choice(
-            tls["max_version"], "tls_server_config.max_version", _TLS_VERSIONS, path
-        )
-        if ctx.maximum_version < ctx.minimum_version:
+        maximum = _choice(tls["max_version"], "tls_server_config.max_version", _TLS_VERSIONS, path)
+        if maximum < minimum:
             raise ConfigError(f"{path}: tls_server_config: max_version is below min_version")
-    ctx.verify_mode = _choice(
+    verify_mode = _choice(
         tls.get("client_auth_type", "NoClientCert"),
         "tls_server_config.client_auth_type",
         _CLIENT_AUTH,
@@ -175,6 +168,17 @@ def _tls_context(tls: dict[str, Any], base: Path, path: str) -> ssl.SSLContext:
     prefer = tls.get("prefer_server_cipher_suites", True)
     if not isinstance(prefer, bool):
         raise ConfigError(f"{path}: tls_server_config.prefer_server_cipher_suites must be a bool")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    # Relative paths are relative to the config file, as in exporter-toolkit;
+    # symlinks (certbot's live/ directory) are followed by the ssl module.
+    try:
+        ctx.load_cert_chain(str(base / cert), str(base / key))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: cannot load cert_file/key_file: {exc}") from None
+    ctx.minimum_version = minimum
+    if maximum is not None:
+        ctx.maximum_version = maximum
+    ctx.verify_mode = verify_mode
     if prefer:
         ctx.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
     ca = tls.get("client_ca_file")

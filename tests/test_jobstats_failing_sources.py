@@ -246,6 +246,7 @@ def _group_of(pid: int) -> int | None:
         (["--web.listen-address", "127.0.0.1:99999"], "port 0-65535"),
         (["--web.config.file", "/nonexistent/web.yml"], "cannot read"),
         (["--web.config.file", "NONUTF8"], "not UTF-8"),
+        (["--web.config.file", "TLS99"], "min_version 'TLS99' is not one of"),
         (["--jobstats.max-output-bytes", "0"], "size in bytes"),
         (["--jobstats.rates", "bytes"], "expected all, none"),
     ],
@@ -255,7 +256,11 @@ def test_bad_flags_and_files_give_one_line_and_exit_2(
 ) -> None:
     bad = tmp_path / "web.yml"
     bad.write_bytes(b"basic_auth_users:\n  \xff\xfe: x\n")
-    args = [str(bad) if arg == "NONUTF8" else arg for arg in args]
+    tls99 = tmp_path / "tls99.yml"
+    tls99.write_text(
+        "tls_server_config:\n  cert_file: c.pem\n  key_file: k.pem\n  min_version: TLS99\n"
+    )
+    args = [{"NONUTF8": str(bad), "TLS99": str(tls99)}.get(arg, arg) for arg in args]
     if "--web.listen-address" not in args:
         args = ["--web.listen-address", f"127.0.0.1:{free_port()}", *args]
     result = subprocess.run(
