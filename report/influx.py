@@ -130,12 +130,19 @@ def read_job_rows(settings: InfluxSettings, job_id: str, cluster: str | None = N
 
 
 def parse_results(body: dict, settings: InfluxSettings) -> Rows:
+    try:
+        return _parse_results(body, settings)
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise InfluxReadError(f"{settings.describe()}: unexpected answer ({exc})") from exc
+
+
+def _parse_results(body: dict, settings: InfluxSettings) -> Rows:
     rows: Rows = {m: [] for m in MEASUREMENTS}
     for result in body.get("results", []):
         if "error" in result:
             raise InfluxReadError(f"{settings.describe()}: {result['error']}")
         for series in result.get("series", []):
-            name = series.get("name", "")
+            name = str(series.get("name", ""))
             columns = series.get("columns", [])
             target = rows.setdefault(name, [])
             for values in series.get("values", []):

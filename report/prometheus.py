@@ -51,18 +51,24 @@ class PrometheusClient:
             "/api/v1/query_range",
             {"query": expr, "start": start, "end": end, "step": _step(start, end)},
         )
-        out = []
-        for item in result:
-            pairs = item.get("values", [])
-            times = np.array([float(t) for t, _ in pairs])
-            values = np.array([float(v) for _, v in pairs])
-            values[~np.isfinite(values)] = 0.0
-            out.append(Series(item.get("metric", {}), times, values))
-        return out
+        try:
+            out = []
+            for item in result:
+                pairs = item.get("values", [])
+                times = np.array([float(t) for t, _ in pairs])
+                values = np.array([float(v) for _, v in pairs])
+                values[~np.isfinite(values)] = 0.0
+                out.append(Series(dict(item.get("metric", {})), times, values))
+            return out
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise PrometheusReadError(f"Prometheus {self.url}: unexpected answer ({exc})") from exc
 
     def instant(self, expr: str, at: float) -> list[tuple[dict, float]]:
         result = self._get("/api/v1/query", {"query": expr, "time": at})
-        return [(r.get("metric", {}), float(r["value"][1])) for r in result]
+        try:
+            return [(dict(r.get("metric", {})), float(r["value"][1])) for r in result]
+        except (AttributeError, KeyError, TypeError, ValueError, IndexError) as exc:
+            raise PrometheusReadError(f"Prometheus {self.url}: unexpected answer ({exc})") from exc
 
 
 def job_matcher(template: str, job_id: str) -> str:

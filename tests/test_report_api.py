@@ -231,3 +231,46 @@ def test_usage_errors(args: list[str], message: str) -> None:
     )
     assert run.returncode == 2
     assert message in run.stderr and "Traceback" not in run.stderr
+
+
+_json = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=5)),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.one_of(
+        _json,
+        st.fixed_dictionaries(
+            {
+                "results": st.lists(
+                    st.fixed_dictionaries(
+                        {
+                            "series": st.lists(
+                                st.fixed_dictionaries(
+                                    {"name": _json, "columns": _json, "values": _json}
+                                ),
+                                max_size=3,
+                            )
+                        }
+                    ),
+                    max_size=2,
+                )
+            }
+        ),
+    )
+)
+def test_hostile_influx_answers_are_a_read_error(body) -> None:
+    from report.influx import InfluxReadError, parse_results
+
+    try:
+        rows = parse_results(body, InfluxSettings(v1_url="http://x", database="d"))
+    except InfluxReadError:
+        return
+    assert isinstance(rows, dict)
+    darshan_from_rows(rows)  # whatever came through, the reader copes
