@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dashboards.uids import JOB_UID  # the job dashboard's stable uid (plain constants)
 from report.darshan_log import darshan_from_logs
 from report.influx import InfluxReadError, InfluxSettings, read_job_rows
 from report.insights import RULES, diagnose
@@ -46,7 +47,7 @@ class Sources:
     darshan_logs: tuple[Path, ...] = ()
     window: tuple[float, float] | None = None  # overrides the window the job's data give
     grafana_url: str | None = None
-    grafana_dashboard: str = "hpcmon-job"
+    grafana_dashboard: str = JOB_UID
     timeout: float = 30.0
 
 

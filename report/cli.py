@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
+from dashboards.uids import JOB_UID
 from report.api import Sources, build, collect, render, write_atomically
 from report.influx import InfluxSettings
 from report.prometheus import DEFAULT_JOB_MATCHER
@@ -99,7 +100,12 @@ def parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--end", type=_time, help="window end; default: the Darshan job's end")
     g.add_argument("--grafana.url", dest="grafana_url", metavar="URL")
-    g.add_argument("--grafana.dashboard-uid", dest="grafana_dashboard", default="hpcmon-job")
+    g.add_argument(
+        "--grafana.dashboard-uid",
+        dest="grafana_dashboard",
+        default=JOB_UID,
+        help="the job dashboard (default: %(default)s, hpcmon-dashboards' own)",
+    )
     g.add_argument("--timeout", type=float, default=30.0, help="seconds per server request")
     return p
 
