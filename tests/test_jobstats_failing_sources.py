@@ -172,8 +172,10 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    # A zombie is dead for our purpose.
-    stat = Path(f"/proc/{pid}/stat").read_text()
+    try:  # a zombie is dead for our purpose
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
@@ -316,3 +318,28 @@ def test_a_dead_sampler_process_is_a_failure_then_restarts(tmp_path: Path) -> No
         assert b"lustre_jobstats_jobs" in b"".join(again.chunks())
     finally:
         collector.stop()
+
+
+def test_the_sampler_process_dies_with_a_killed_exporter(tmp_path: Path) -> None:
+    args = ["--jobstats.source=file", f"--jobstats.path={HP_OST}", "--jobstats.interval=1"]
+    with run_exporter(args, tmp_path) as exporter:
+        status, _ = http_get(f"http://{exporter.address}/metrics", timeout=30)
+        assert status == 200
+        pid = exporter.proc.pid
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        sampler = [int(child) for child in children if b"worker" in _cmdline(int(child))]
+        assert len(sampler) == 1
+        assert os.getpriority(os.PRIO_PROCESS, sampler[0]) > os.getpriority(os.PRIO_PROCESS, pid)
+        exporter.proc.kill()  # no chance to clean up
+        exporter.proc.wait(10)
+    deadline = time.monotonic() + 10
+    while _alive(sampler[0]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(sampler[0])
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

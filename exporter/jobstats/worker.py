@@ -3,12 +3,13 @@
 Reading, parsing and rendering a big server's job_stats costs seconds of CPU every interval.
 In the exporter's process that work would hold the interpreter lock while scrapes are being
 served, so scrapes that coincide with a sample would be several times slower than the others.
-In a child process, at a lower CPU priority, it never delays a scrape: the exporter receives
-each finished exposition, already compressed, and serves the last one until the next arrives.
+In a child process (``python -m exporter.jobstats.worker``), at a lower CPU priority, it never
+delays a scrape: the exporter receives each finished exposition, already compressed, through
+the child's stdout, and serves the last one until the next arrives.
 
-The child dies with the exporter (parent-death signal); on SIGTERM it kills a running lctl
-first. If the child dies on its own, the collector reports failure (no stale data served as
-current) and the child is started again.
+The child dies with the exporter (parent-death signal, or a closed pipe); on SIGTERM it kills
+a running lctl first. If the child dies on its own, the collector reports failure (no stale
+data served as current) and the child is started again.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ from __future__ import annotations
 import argparse
 import ctypes
 import logging
-import multiprocessing
 import os
+import pickle
 import signal
+import subprocess
+import sys
 import threading
 import time
-from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import BinaryIO
 
 from exporter.collector import LOG_FORMAT, Periodic
 from exporter.exposition import Compressed
@@ -31,6 +35,7 @@ log = logging.getLogger("hpcmon.exporter.jobstats")
 PR_SET_PDEATHSIG = 1
 NICENESS = 10
 RESTART_SECONDS = 1.0
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # where ``exporter`` is importable from
 
 
 class SamplerGone(RuntimeError):
@@ -44,11 +49,13 @@ def _die_with_parent() -> None:
         pass
 
 
-def _child_main(options: argparse.Namespace, conn: Connection, log_level: int) -> None:
-    """Sample every ``--jobstats.interval`` seconds and send each exposition, compressed."""
+def child_main(source: BinaryIO, out: BinaryIO) -> None:
+    """Read (options, log level) from ``source``, then sample every ``--jobstats.interval``
+    seconds and write each compressed exposition to ``out``, pickled."""
     from exporter.jobstats.collector import JobstatsCollector
 
     _die_with_parent()
+    options, log_level = pickle.load(source)
     logging.basicConfig(level=log_level, format=LOG_FORMAT)
     try:
         os.nice(NICENESS)
@@ -67,7 +74,8 @@ def _child_main(options: argparse.Namespace, conn: Connection, log_level: int) -
     def step() -> None:
         collector.sample()
         try:
-            conn.send(collector.snapshot)
+            pickle.dump(collector.snapshot, out, protocol=pickle.HIGHEST_PROTOCOL)
+            out.flush()
         except OSError:  # the exporter is gone
             stopping.set()
 
@@ -79,7 +87,7 @@ def _child_main(options: argparse.Namespace, conn: Connection, log_level: int) -
 
 
 class SamplerProcess:
-    """Runs ``_child_main`` in a spawned child; ``latest()`` is the last exposition it sent."""
+    """Runs ``child_main`` in a child; ``latest()`` is the last exposition it sent."""
 
     def __init__(self, options: argparse.Namespace) -> None:
         # Only what the jobstats collector reads: other collectors' values need not pickle.
@@ -90,9 +98,7 @@ class SamplerProcess:
                 if key.startswith("jobstats_") or key == "path_procfs"
             }
         )
-        self._context = multiprocessing.get_context("spawn")
-        self._process: multiprocessing.process.BaseProcess | None = None
-        self._conn: Connection | None = None
+        self._process: subprocess.Popen[bytes] | None = None
         self._snapshot: Compressed | None = None
         self._ready = threading.Event()
         self._stopping = threading.Event()
@@ -107,32 +113,37 @@ class SamplerProcess:
         self._receiver.start()
 
     def _spawn(self) -> None:
-        receiving, sending = self._context.Pipe(duplex=False)
-        process = self._context.Process(
-            target=_child_main,
-            args=(self.options, sending, logging.getLogger().getEffectiveLevel()),
-            name="hpcmon-jobstats-sampler",
-            daemon=True,
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(PACKAGE_ROOT), *filter(None, [env.get("PYTHONPATH")])]
         )
-        process.start()
-        sending.close()
-        self._process, self._conn = process, receiving
+        process = subprocess.Popen(
+            [sys.executable, "-m", "exporter.jobstats.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+        )
+        pickle.dump((self.options, logging.getLogger().getEffectiveLevel()), process.stdin)
+        process.stdin.close()
+        self._process = process
 
     def _receive(self) -> None:
         while not self._stopping.is_set():
+            process = self._process
             try:
-                snapshot = self._conn.recv()
-            except (EOFError, OSError):
+                snapshot = pickle.load(process.stdout)
+            except (EOFError, OSError, pickle.UnpicklingError):
                 if self._stopping.is_set():
                     return
-                self._process.join(timeout=5)
-                log.error(
-                    "jobstats sampler process exited (code %s); starting it again",
-                    self._process.exitcode,
-                )
+                try:
+                    code = process.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    code = process.wait()
+                log.error("jobstats sampler process exited (code %s); starting it again", code)
                 self._snapshot = None
                 self._ready.clear()
-                self._conn.close()
+                process.stdout.close()
                 if self._stopping.wait(RESTART_SECONDS):
                     return
                 self._spawn()
@@ -152,18 +163,25 @@ class SamplerProcess:
     def stop(self, timeout: float = 10.0) -> None:
         self._stopping.set()
         process = self._process
-        if process is not None and process.is_alive():
+        if process is not None and process.poll() is None:
             process.terminate()
-            process.join(timeout)
-            if process.is_alive():
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
                 process.kill()
-                process.join(5)
-        if self._conn is not None:
-            self._conn.close()
+                process.wait(5)
         if self._receiver is not None:
             self._receiver.join(timeout=5)
             self._receiver = None
+        if process is not None:
+            process.stdout.close()
 
     @property
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
+
+
+if __name__ == "__main__":
+    stdout = sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing but expositions goes down the pipe
+    child_main(sys.stdin.buffer, stdout)
