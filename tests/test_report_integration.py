@@ -323,6 +323,30 @@ def test_missing_sources_are_said(tmp_path: Path) -> None:
     assert report["insights"] == []
 
 
+def chromium(page: Path, workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    """Debian's chromium, headless, fresh profile, console messages logged on stderr."""
+    command = [
+        "chromium",
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={workdir / 'profile'}",
+        "--enable-logging=stderr",
+        "--v=0",
+        *args,
+        page.as_uri(),
+    ]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+def console_lines(run: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in run.stderr.splitlines() if ":CONSOLE" in line]
+
+
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian chromium not installed")
 def test_html_renders_in_headless_chromium(stack: dict, tmp_path: Path) -> None:
     page = tmp_path / "report.html"
@@ -333,31 +357,17 @@ def test_html_renders_in_headless_chromium(stack: dict, tmp_path: Path) -> None:
     assert re.findall(r'(?:src|href)="(?!#)[^"]*"', text) == []
     assert "<link" not in text and re.findall(r"url\((?!#)", text) == []
     assert "<script" not in text and text.count("<svg") == 4
+    # the console check sees errors: a page with a failing script is caught
+    broken = tmp_path / "broken.html"
+    broken.write_text("<!DOCTYPE html><p>x</p><script>undefinedFunction();</script>")
+    assert console_lines(chromium(broken, tmp_path, "--dump-dom"))
     shot = tmp_path / "shot.png"
-    chrome = [
-        "chromium",
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        f"--user-data-dir={tmp_path / 'profile'}",
-        "--enable-logging=stderr",
-        "--v=0",
-        "--window-size=1100,3800",
-        f"--screenshot={shot}",
-        page.as_uri(),
-    ]
-    shown = subprocess.run(chrome, capture_output=True, text=True, timeout=120)
+    shown = chromium(page, tmp_path, "--window-size=1100,3800", f"--screenshot={shot}")
     assert shown.returncode == 0, shown.stderr[-2000:]
-    console = [line for line in shown.stderr.splitlines() if "CONSOLE" in line]
-    assert console == []
+    assert console_lines(shown) == []
     assert shot.stat().st_size > 10_000
-    dom = subprocess.run(
-        [*chrome[:-2], "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
-    )
+    dom = chromium(page, tmp_path, "--dump-dom")
+    assert console_lines(dom) == []
     assert dom.stdout.count("<svg") == 4 and "Diagnosis" in dom.stdout
     keep = os.environ.get("HPCMON_REPORT_SCREENSHOT")
     if keep:
