@@ -82,7 +82,9 @@ def collect(job_id: str, cluster: str | None, sources: Sources) -> JobData:
     job.window = sources.window or _window(job)
     if sources.prometheus_url:
         if job.window is None:
-            job.missing.append("Prometheus: no job window (no Darshan times; give --start/--end)")
+            job.missing.append(
+                "Prometheus: no job window (no Darshan or GEOPM times; give --start/--end)"
+            )
         else:
             client = PrometheusClient(sources.prometheus_url, sources.timeout)
             try:
@@ -105,6 +107,9 @@ def _window(job: JobData) -> tuple[float, float] | None:
     d = job.darshan
     if d is not None and d.start is not None and d.end is not None:
         return float(d.start), float(max(d.end, d.start + max(d.runtime, 1.0)))
+    g = job.geopm
+    if g is not None and g.start is not None and g.runtime > 0:
+        return g.start, g.start + g.runtime
     return None
 
 

@@ -142,6 +142,7 @@ class GeopmEnergy:
     hosts: int = 0
     energy_joules: float = 0.0  # package + dram over the application, all hosts
     runtime: float = 0.0
+    start: float | None = None  # epoch seconds, the report's Start Time
 
 
 @dataclass

@@ -255,10 +255,13 @@ def geopm_from_rows(rows: Rows) -> GeopmEnergy | None:
     energy = 0.0
     for row in totals:
         for name in ("package_energy_joules", "dram_energy_joules", "gpu_energy_joules"):
-            energy += np.nan_to_num(_num(row, name))
-    runtime = max(np.nan_to_num(_num(r, "runtime_seconds")) for r in totals)
-    hosts = len({r.get("host") for r in totals})
-    return GeopmEnergy(hosts, float(energy), float(runtime))
+            energy += _finite([_num(row, name)])
+    runtime = max(_finite(_num(r, "runtime_seconds") for r in totals), 0.0)
+    hosts = len({str(r.get("host")) for r in totals})
+    start = _finite([-_num(r, "time") for r in totals], default=np.nan)
+    return GeopmEnergy(
+        hosts, float(energy), float(runtime), -start / NS if np.isfinite(start) else None
+    )
 
 
 __all__ = [

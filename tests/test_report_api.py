@@ -172,6 +172,22 @@ def test_hostile_rows_still_give_a_page(rows) -> None:
     assert render(job, build(job), "html").endswith("</html>\n")
 
 
+def test_geopm_report_gives_energy_and_the_window_without_darshan() -> None:
+    from post_job.geopm_report import collect_geopm_reports
+    from report.api import _window
+    from report.records import geopm_from_rows
+
+    report = ROOT / "tests/data/geopm_report/geopm-1.1.0+dev429_nekbone_frequency_map_4hosts.report"
+    out = collect_geopm_reports([report], JobContext(job_id="42"))
+    job = JobData("42", geopm=geopm_from_rows(rows_from_points(out.points)))
+    assert job.geopm.hosts == 4
+    start, end = _window(job)
+    assert end - start == pytest.approx(job.geopm.runtime)
+    summary = build(job)["summary"]
+    assert summary["energy_source"] == "geopm report"
+    assert summary["energy_kwh"] == pytest.approx(job.geopm.energy_joules / 3.6e6)
+
+
 def test_grafana_link_spans_the_window() -> None:
     job = job_from_log(LOGS / "mpi-io-test-x86_64-3.5.0.darshan")
     job.window = (1700000000.0, 1700000100.5)
