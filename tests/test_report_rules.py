@@ -29,6 +29,7 @@ INACTIVE = LOGS / "treddy_runtime_heatmap_inactive_ranks.darshan"
 E3SM = LOGS / "e3sm_io_heatmap_only.darshan"
 OPENPMD = next(LOGS.glob("jlbez_8a_benchmark_write_parallel_*.darshan"))
 NONMPI = OWN / "nonmpi_dxt_anonymized.darshan"
+SPECFEM = next(OWN.glob("iwang_xspecfem3D_*.darshan"))
 
 # rule id -> (log that raises it, log that does not)
 CASES = {
@@ -47,6 +48,7 @@ CASES = {
     "rank_write_imbalance": (IMBALANCED, MPI_IO_TEST),
     "rank_read_imbalance": (OPENPMD, IMBALANCED),
     "redundant_reads": (E3SM, MPI_IO_TEST),
+    "mpiio_no_collective_reads": (SPECFEM, IMBALANCED),
 }
 # Rules the InfluxDB points alone can evaluate (the others need raw counters: --darshan).
 FROM_POINTS = {
@@ -101,6 +103,8 @@ def test_rules_needing_raw_counters_say_so_from_points() -> None:
     reasons = {s.id: s.reason for s in skipped}
     for rule in ("misaligned_memory", "shared_data_imbalance", "shared_time_imbalance"):
         assert "needs --darshan" in reasons[rule]
+    _, skipped = diagnose(from_points(SPECFEM))
+    assert "needs --darshan" in {s.id: s.reason for s in skipped}["mpiio_no_collective_reads"]
 
 
 def test_evidence_numbers_match_the_counters() -> None:
@@ -122,7 +126,7 @@ def test_python_hotspot_from_a_real_viztracer_trace() -> None:
     assert "python_hotspot" not in raised(spread)
 
 
-AGREEMENT_LOGS = [IMBALANCED, HDF5_1BYTE, MPI_IO_TEST, SKEW, INACTIVE, NONMPI, OPENPMD]
+AGREEMENT_LOGS = [IMBALANCED, HDF5_1BYTE, MPI_IO_TEST, SKEW, INACTIVE, NONMPI, OPENPMD, SPECFEM]
 
 
 @pytest.mark.parametrize("log", AGREEMENT_LOGS, ids=lambda p: p.stem[:32])
@@ -140,7 +144,6 @@ def test_agreement_logs_cover_every_rule_with_a_raising_log() -> None:
         if r.id
         not in {
             "random_writes",
-            "mpiio_no_collective_reads",
             "mpiio_no_collective_writes",
             "target_dominated",
             "io_phase_target_spike",
