@@ -47,6 +47,7 @@ def available_collectors() -> dict[str, type[Collector]]:
 def build_parser(collectors: dict[str, type[Collector]]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hpcmon-exporter",
+        usage="%(prog)s [flags]  (--help lists them)",  # one line before a flag error
         description="Prometheus exporter: Lustre jobstats, GEOPM/RAPL power, jobs on the node.",
     )
     add_flag(
