@@ -199,10 +199,14 @@ def test_hung_lctl_with_interval_0_answers_within_the_scrape_timeout(tmp_path: P
     lctl = fake_lctl(tmp_path, replay(capture))
     collector = make_collector("--jobstats.lctl-path", str(lctl), "--jobstats.timeout", "60")
     collector.sample()  # the target is known
-    lctl.write_text(lctl.read_text().replace(replay(capture), "sleep 300"))
+    pidfile = tmp_path / "sleep.pid"
+    hang = f"sleep 300 & echo $! > {pidfile}; wait"  # lctl and a child of it, both hung
+    lctl.write_text(lctl.read_text().replace(replay(capture), hang))
     started = time.monotonic()
     found = samples_of(b"".join(collector.exposition_before(2.0).chunks()))
     assert time.monotonic() - started < 2.0
+    time.sleep(0.2)
+    assert not _alive(int(pidfile.read_text()))  # the whole process group was killed
     assert (
         value(
             found, "lustre_jobstats_up", component="ost", target="lustrefs-OST0000", source="lctl"
