@@ -32,6 +32,7 @@ class Thresholds:
     target_spike_for: str = "5m"
     target_spike_baseline: str = "24h"  # the average the spike is compared with ...
     target_spike_baseline_offset: str = "5m"  # ... ending this long ago (the spike's window)
+    target_spike_min_baseline_coverage: float = 0.5  # share of the baseline with samples
     job_dominates_share: float = 0.8
     job_dominates_min_bytes_per_second: float = 500 * MIB
     job_dominates_for: str = "10m"
@@ -133,6 +134,8 @@ def validate(config: Config) -> Config:
     for key, value in durations.items():
         if not _DURATION.match(value):
             raise ConfigError(f"{key}: not a Prometheus duration (e.g. 5m): {value!r}")
+    if config.thresholds.target_spike_min_baseline_coverage > 1:
+        raise ConfigError("thresholds.target_spike_min_baseline_coverage: a fraction from 0 to 1")
     if config.thresholds.job_dominates_share > 1:
         raise ConfigError("thresholds.job_dominates_share: a fraction from 0 to 1")
     return config

@@ -72,6 +72,19 @@ def influxql_queries(dashboard: dict[str, Any]) -> Iterator[tuple[str, str]]:
             yield f"variable {variable['name']}", variable["query"]
 
 
+def influxql_fields(query: str) -> list[tuple[str, str]]:
+    """(measurement, identifier) of every quoted name an InfluxQL SELECT reads (fields and
+    tags; aliases excluded), the measurement being the innermost FROM."""
+    measurements = re.findall(r'FROM "(\w+)"', query)
+    if not measurements:  # SHOW TAG VALUES ...
+        return []
+    measurement = measurements[-1]
+    names: set[str] = set()
+    for selected in re.findall(r"SELECT (.*?) FROM", query, re.S):
+        names |= set(re.findall(r'"(\w+)"', re.sub(r'AS "[^"]*"', "", selected)))
+    return [(measurement, name) for name in sorted(names)]
+
+
 def label_values_selector(query: str) -> tuple[str, str] | None:
     """`label_values(selector, label)` -> (selector, label); Grafana's own function."""
     match = re.fullmatch(r"label_values\((.*),\s*(\w+)\)", query.strip(), re.S)

@@ -7,6 +7,7 @@ recorded series only, so `rates_from: counters` and `rates_from: gauges` give th
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -111,9 +112,14 @@ def _link(config: Config, uid: str, variables: dict[str, str], lookback_seconds:
     return f"{config.grafana_url.rstrip('/')}/d/{uid}/{uid}?{query + '&' if query else ''}{window}"
 
 
-def _seconds(duration: str) -> int:
+def _seconds(duration: str) -> float:
     units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
-    return int(sum(int(n) * units[u] for n, u in re.findall(r"(\d+)(ms|s|m|h|d|w|y)", duration)))
+    return sum(int(n) * units[u] for n, u in re.findall(r"(\d+)(ms|s|m|h|d|w|y)", duration))
+
+
+def _number(value: float) -> str:
+    """A threshold in PromQL, exactly (1 GiB is 1073741824, not 1.07374e+09)."""
+    return str(int(value)) if value == int(value) else repr(value)
 
 
 def alert_rules(config: Config) -> list[dict[str, Any]]:
@@ -123,18 +129,23 @@ def alert_rules(config: Config) -> list[dict[str, Any]]:
     job_by = _by(config, *_job_labels(config))
 
     def job_link(duration: str) -> str:
-        return _link(config, JOB_UID, {"jobid": "$labels.jobid"}, _seconds(duration) + 3600)
+        return _link(config, JOB_UID, {"jobid": "$labels.jobid"}, int(_seconds(duration)) + 3600)
 
     def overview_link(duration: str, **variables: str) -> str:
-        return _link(config, OVERVIEW_UID, variables, _seconds(duration) + 3600)
+        return _link(config, OVERVIEW_UID, variables, int(_seconds(duration)) + 3600)
 
+    # A baseline needs history: a target that just appeared (or a store that just started)
+    # has no 24 h average to compare with, only its first minutes.
+    baseline = f"{TARGET_BYTES}[{t.target_spike_baseline}] offset {t.target_spike_baseline_offset}"
+    samples = _seconds(t.target_spike_baseline) / _seconds(config.rule_interval)
     return [
         {
             "alert": "LustreTargetIOSpike",
             "expr": (
-                f"{TARGET_BYTES} >= {t.target_spike_factor:g} * avg_over_time({TARGET_BYTES}"
-                f"[{t.target_spike_baseline}] offset {t.target_spike_baseline_offset})\n"
-                f"and {TARGET_BYTES} >= {t.target_spike_min_bytes_per_second:g}"
+                f"{TARGET_BYTES} >= {_number(t.target_spike_factor)} * avg_over_time({baseline})\n"
+                f"and {TARGET_BYTES} >= {_number(t.target_spike_min_bytes_per_second)}\n"
+                f"and count_over_time({baseline})"
+                f" >= {math.ceil(samples * t.target_spike_min_baseline_coverage)}"
             ),
             "for": t.target_spike_for,
             "labels": {"severity": "warning"},
@@ -155,8 +166,9 @@ def alert_rules(config: Config) -> list[dict[str, Any]]:
             "alert": "LustreJobDominatesTarget",
             "expr": (
                 f"{JOB_TARGET_BYTES}\n  / on ({matching}) group_left ()\n  {TARGET_BYTES}\n"
-                f"  >= {t.job_dominates_share:g}\n"
-                f"and on ({matching})\n  {TARGET_BYTES} >= {t.job_dominates_min_bytes_per_second:g}"
+                f"  >= {_number(t.job_dominates_share)}\n"
+                f"and on ({matching})\n"
+                f"  {TARGET_BYTES} >= {_number(t.job_dominates_min_bytes_per_second)}"
             ),
             "for": t.job_dominates_for,
             "labels": {"severity": "warning"},
@@ -172,7 +184,7 @@ def alert_rules(config: Config) -> list[dict[str, Any]]:
         },
         {
             "alert": "LustreJobMetadataStorm",
-            "expr": f"{JOB_METADATA_OPS} >= {t.metadata_storm_ops_per_second:g}",
+            "expr": f"{JOB_METADATA_OPS} >= {_number(t.metadata_storm_ops_per_second)}",
             "for": t.metadata_storm_for,
             "labels": {"severity": "warning"},
             "annotations": {
@@ -188,10 +200,10 @@ def alert_rules(config: Config) -> list[dict[str, Any]]:
         {
             "alert": "LustreJobSmallWrites",
             "expr": (
-                f"{JOB_WRITE_OPS} >= {t.small_writes_ops_per_second:g}\n"
+                f"{JOB_WRITE_OPS} >= {_number(t.small_writes_ops_per_second)}\n"
                 f"and on ({job_matching})\n"
                 f'  (sum {job_by} ({JOB_TARGET_BYTES}{{direction="write", component="ost"}})'
-                f"\n   / {JOB_WRITE_OPS} < {t.small_writes_max_mean_bytes:g})"
+                f"\n   / {JOB_WRITE_OPS} < {_number(t.small_writes_max_mean_bytes)})"
             ),
             "for": t.small_writes_for,
             "labels": {"severity": "warning"},

@@ -1,4 +1,5 @@
-"""Start real servers (Prometheus, InfluxDB 1.x, VictoriaMetrics) on free loopback ports.
+"""Start real servers (Prometheus, InfluxDB 1.x, VictoriaMetrics, vmagent, vmalert) on free
+loopback ports.
 
 Used by the test fixtures and by `make demo`; the binaries come from Debian packages.
 
@@ -124,8 +125,9 @@ def _spawn(args: list[str], workdir: Path) -> tuple[subprocess.Popen, Path]:
 
 
 # ---------------------------------------------------------------- Prometheus
-@dataclass
-class Prometheus(Server):
+class PromQLServer(Server):
+    """The Prometheus query API, which VictoriaMetrics serves too."""
+
     def query(self, expr: str, at: float | None = None) -> list[dict]:
         params = {"query": expr}
         if at is not None:
@@ -136,10 +138,6 @@ class Prometheus(Server):
             raise RuntimeError(f"query {expr!r} failed: {body[:500]!r}")
         return data["data"]["result"]
 
-    def targets(self) -> list[dict]:
-        _, body = http_get(f"{self.url}/api/v1/targets")
-        return json.loads(body)["data"]["activeTargets"]
-
     def wait_for(self, expr: str, timeout: float = 60.0, min_results: int = 1) -> list[dict]:
         """Poll until the query returns at least ``min_results`` series."""
         deadline = time.monotonic() + timeout
@@ -149,9 +147,14 @@ class Prometheus(Server):
             if len(result) >= min_results:
                 return result
             time.sleep(0.25)
-        raise TimeoutError(
-            f"{expr!r} gave {len(result)} series after {timeout}s; targets: {self.targets()}"
-        )
+        raise TimeoutError(f"{expr!r} gave {len(result)} series after {timeout}s")
+
+
+@dataclass
+class Prometheus(PromQLServer):
+    def targets(self) -> list[dict]:
+        _, body = http_get(f"{self.url}/api/v1/targets")
+        return json.loads(body)["data"]["activeTargets"]
 
 
 @contextlib.contextmanager
@@ -257,7 +260,7 @@ def run_influxdb1() -> Iterator[InfluxDB1]:
 
 # ---------------------------------------------------------------- VictoriaMetrics
 @dataclass
-class VictoriaMetrics(Server):
+class VictoriaMetrics(PromQLServer):
     data_path: Path | None = None
 
     def flush(self) -> None:
@@ -302,6 +305,91 @@ def run_victoria_metrics() -> Iterator[VictoriaMetrics]:
         server = VictoriaMetrics(
             "victoria-metrics", f"http://127.0.0.1:{port}", port, workdir, proc, data_path
         )
+        try:
+            wait_http(f"{server.url}/health", proc, log_path)
+            yield server
+        finally:
+            server.stop()
+
+
+# ---------------------------------------------------------------- vmagent, vmalert
+@dataclass
+class VMAgent(Server):
+    """A vmagent scraping and remote-writing; its queue stays on disk across restarts."""
+
+    args: list[str] | None = None
+
+    def targets(self) -> list[dict]:
+        _, body = http_get(f"{self.url}/api/v1/targets")
+        return json.loads(body)["data"]["activeTargets"]
+
+    def start_again(self) -> None:
+        self.proc, log_path = _spawn(list(self.args or []), self.workdir)
+        wait_http(f"{self.url}/health", self.proc, log_path)
+
+
+@contextlib.contextmanager
+def run_vmagent(
+    scrape_configs: list[dict],
+    remote_write_url: str,
+    extra_args: Sequence[str] = (),
+    scrape_interval: str = "2s",
+) -> Iterator[VMAgent]:
+    binary = _require("vmagent")
+    with _workdir("hpcmon-vmagent-") as workdir:
+        port = free_port()
+        config = {"global": {"scrape_interval": scrape_interval}, "scrape_configs": scrape_configs}
+        (workdir / "scrape.yml").write_text(yaml.safe_dump(config))
+        args = [
+            binary,
+            f"-promscrape.config={workdir / 'scrape.yml'}",
+            f"-remoteWrite.url={remote_write_url}",
+            f"-remoteWrite.tmpDataPath={workdir / 'queue'}",
+            "-remoteWrite.flushInterval=500ms",
+            f"-httpListenAddr=127.0.0.1:{port}",
+            "-loggerLevel=ERROR",
+            *extra_args,
+        ]
+        proc, log_path = _spawn(args, workdir)
+        server = VMAgent("vmagent", f"http://127.0.0.1:{port}", port, workdir, proc, args)
+        try:
+            wait_http(f"{server.url}/health", proc, log_path)
+            yield server
+        finally:
+            server.stop()
+
+
+@dataclass
+class VMAlert(Server):
+    def alerts(self) -> list[dict]:
+        _, body = http_get(f"{self.url}/api/v1/alerts")
+        return json.loads(body)["data"]["alerts"]
+
+
+@contextlib.contextmanager
+def run_vmalert(
+    rule_files: Sequence[str],
+    datasource_url: str,
+    notifier_url: str,
+    evaluation_interval: str = "2s",
+) -> Iterator[VMAlert]:
+    """vmalert reading and writing back (recording rules, ALERTS) to one VictoriaMetrics."""
+    binary = _require("vmalert")
+    with _workdir("hpcmon-vmalert-") as workdir:
+        port = free_port()
+        args = [
+            binary,
+            *(f"-rule={path}" for path in rule_files),
+            f"-datasource.url={datasource_url}",
+            f"-remoteWrite.url={datasource_url}",
+            f"-remoteRead.url={datasource_url}",
+            f"-notifier.url={notifier_url}",
+            f"-evaluationInterval={evaluation_interval}",
+            f"-httpListenAddr=127.0.0.1:{port}",
+            "-loggerLevel=ERROR",
+        ]
+        proc, log_path = _spawn(args, workdir)
+        server = VMAlert("vmalert", f"http://127.0.0.1:{port}", port, workdir, proc)
         try:
             wait_http(f"{server.url}/health", proc, log_path)
             yield server

@@ -42,30 +42,59 @@ def captures() -> list[Path]:
 
 
 class Replay(threading.Thread):
-    """Rewrites the jobstats file every 0.5 s with counters grown since the start."""
+    """Rewrites jobstats files every 0.5 s with counters grown since the start; a storm (job
+    id -> operations/s on each of its operations) starts `storm_start` seconds in."""
 
-    def __init__(self, out: Path, storms: dict[str, float]) -> None:
+    def __init__(
+        self,
+        outputs: dict[Path, list],
+        storms: dict[str, float] | None = None,
+        storm_start: float = 0.0,
+        storm_request_bytes: int = 4096,
+    ) -> None:
         super().__init__(daemon=True, name="replay")
-        self.sections = load_sections(captures())
-        self.out = out
-        self.storms = storms
+        self.outputs = outputs
+        self.storms = storms or {}
+        self.storm_start = storm_start
+        self.storm_request_bytes = storm_request_bytes
         self.started = time.time()
         self.halt = threading.Event()
         self.tick()
 
     def tick(self) -> None:
         now = time.time()
-        write_atomically(self.out, render(self.sections, now - self.started, now, self.storms))
+        elapsed = now - self.started
+        for out, sections in self.outputs.items():
+            text = render(
+                sections,
+                elapsed,
+                now,
+                self.storms,
+                storm_elapsed=elapsed - self.storm_start,
+                storm_request_bytes=self.storm_request_bytes,
+            )
+            write_atomically(out, text)
 
     def run(self) -> None:
         while not self.halt.wait(0.5):
             self.tick()
 
 
+@dataclass
+class LiveExporters:
+    exporter: ExporterProcess  # Lustre targets, power and jobs of one node
+    broken: ExporterProcess  # a source that cannot be read, no power source
+    dead_target: str  # an address where nothing listens
+
+    @property
+    def addresses(self) -> list[str]:
+        return [self.exporter.address, self.broken.address, self.dead_target]
+
+
 @contextlib.contextmanager
-def run_live_stack(workdir: Path, rule_files: list[str]) -> Iterator[LiveStack]:
+def run_live_exporters(workdir: Path) -> Iterator[LiveExporters]:
     jobstats = workdir / "jobstats.txt"
-    replay = Replay(jobstats, {STORM_JOB: 12_000})
+    replay = Replay({jobstats: load_sections(captures())}, {STORM_JOB: 12_000})
     sysfs = workdir / "sysfs"
     zones = {zone: write_zone(sysfs, zone, f"package-{zone}", START_UJ[zone]) for zone in START_UJ}
     write_zone(sysfs, "0:0", "dram", 1_000_000)
@@ -106,18 +135,21 @@ def run_live_stack(workdir: Path, rule_files: list[str]) -> Iterator[LiveStack]:
             run_exporter(exporter_args, workdir) as exporter,
             run_exporter(broken_args, workdir / "broken") as broken,
         ):
-            scrape = [
-                {
-                    "job_name": SCRAPE_JOB,
-                    "static_configs": [
-                        {"targets": [exporter.address, broken.address, dead_target]}
-                    ],
-                }
-            ]
-            with run_prometheus(scrape, scrape_interval="2s", rule_files=rule_files) as prom:
-                yield LiveStack(prom, exporter, broken, STORM_JOB)
+            yield LiveExporters(exporter, broken, dead_target)
     finally:
         replay.halt.set()
         energy.halt.set()
         replay.join()
         energy.join()
+
+
+def scrape_config(addresses: list[str]) -> list[dict]:
+    return [{"job_name": SCRAPE_JOB, "static_configs": [{"targets": addresses}]}]
+
+
+@contextlib.contextmanager
+def run_live_stack(workdir: Path, rule_files: list[str]) -> Iterator[LiveStack]:
+    with run_live_exporters(workdir) as live:
+        scrape = scrape_config(live.addresses)
+        with run_prometheus(scrape, scrape_interval="2s", rule_files=rule_files) as prom:
+            yield LiveStack(prom, live.exporter, live.broken, STORM_JOB)

@@ -43,8 +43,8 @@ class Series:
     def __init__(self) -> None:
         self.items: list[dict[str, str]] = []
 
-    def add(self, name: str, labels: str, values: list[float]) -> None:
-        text = " ".join(f"{v:.10g}" for v in values)
+    def add(self, name: str, labels: str, values: list[float | None]) -> None:
+        text = " ".join("_" if v is None else f"{v:.10g}" for v in values)  # _: no sample
         self.items.append({"series": f"{name}{{{labels}}}", "values": text})
 
     def rate(self, counter: str, gauge: str, labels: str, rates: list[float], **gauge_labels):
@@ -124,8 +124,9 @@ def test_promtool_check_rules_catches_a_broken_rule(tmp_path: Path) -> None:
 
 def test_target_io_spike(tmp_path: Path, config) -> None:
     """25 h at 100 MiB/s, then 15 min at a spike, then back. The spike to 1.5 GiB/s fires;
-    0.99 GiB/s (>= 4x but under 1 GiB/s) and 1.5 GiB/s on a 400 MiB/s baseline (3.75x) stay
-    silent; all resolve once the spike is over."""
+    0.99 GiB/s (>= 4x but under 1 GiB/s), 1.5 GiB/s on a 400 MiB/s baseline (3.75x) and
+    1.5 GiB/s on a target seen only for the last hour (no 24 h baseline) stay silent;
+    all resolve once the spike is over."""
     base_minutes = 25 * 60
     series = Series()
     targets = {
@@ -141,6 +142,13 @@ def test_target_io_spike(tmp_path: Path, config) -> None:
             f'{JOBSTATS}, component="ost", target="{target}", source="lctl"',
             [1] * (base_minutes + 45),
         )
+    # A target first seen an hour ago, at 50 MiB/s: 1.5 GiB/s is 8x that hour, but an hour
+    # is not the 24 h baseline the alert promises (under half of it has samples).
+    labels = f'{JOBSTATS}, component="ost", target="fs-OST0003", jobid="1"'
+    young = profile((50 * MIB, 60), (1.5 * GIB, 15), (50 * MIB, 30))
+    counter = [sum(young[:i]) * MINUTE for i in range(len(young))]
+    series.add("lustre_job_write_bytes_total", labels, [None] * (base_minutes - 60) + counter)
+    series.add("lustre_job_write_bytes_per_second", labels, [None] * (base_minutes - 60) + young)
     fire_at = base_minutes + 13  # 5 min window + 5 min for + margin
     description = (
         "fs-OST0000 (ost) writes 1.5GiB/s over 5 min, at least 4x its average over the "
