@@ -59,7 +59,7 @@ def build(config: Config) -> core.Dashboard:
                 'last("total_writes") AS "writes", last("exe") AS "executable", '
                 'last("modules") AS "modules", last("partial_modules") AS "partial modules" '
                 f'FROM "darshan_job" WHERE {job} GROUP BY *',
-                description="One row per Darshan log of the job (signals spec v2.2).",
+                description="One row per Darshan log of the job (tag `log`; signals spec v2.2).",
             ),
             {"runtime": "s", "bytes read": "bytes", "bytes written": "bytes"},
         ),
@@ -72,7 +72,7 @@ def build(config: Config) -> core.Dashboard:
                 "Signals not available (NA reasons)",
                 "short",
                 'SELECT last("na_reasons") AS "NA reasons" FROM "darshan_module" '
-                f'WHERE {job} GROUP BY "module"',
+                f'WHERE {job} GROUP BY "module", "log"',
                 description="Signals left out of the points, with the spec's reason.",
             ),
             {},
@@ -92,7 +92,7 @@ def build(config: Config) -> core.Dashboard:
                     title,
                     unit,
                     f'SELECT last("{read}") AS "read", last("{write}") AS "write" '
-                    f'FROM "darshan_module" WHERE {job} GROUP BY "module"',
+                    f'FROM "darshan_module" WHERE {job} GROUP BY "module", "log"',
                     description=f"Darshan module signals ({note}).",
                 )
             ),

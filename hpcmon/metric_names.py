@@ -21,6 +21,7 @@ JOB_OPERATIONS_RATE = "lustre_job_operations_per_second"  # + operation
 JOBSTATS_UP = "lustre_jobstats_up"  # + source
 JOBSTATS_JOBS = "lustre_jobstats_jobs"
 JOBSTATS_PARSE_ERRORS = "lustre_jobstats_parse_errors_total"
+JOBSTATS_SOURCE_FAILURES = "lustre_jobstats_source_failures_total"  # source, reason
 JOBSTATS_DROPPED_SERIES = "lustre_jobstats_dropped_series_total"  # + reason
 JOBSTATS_SCRAPE_DURATION = "lustre_jobstats_scrape_duration_seconds"
 

@@ -26,6 +26,7 @@ from typing import Any
 from hpcmon.config import ConfigError, load_yaml_mapping
 from hpcmon.jobid import slurm_job_id, slurm_job_id_problem, user_name_problem
 from post_job.hook import (
+    RunReport,
     SourceRequest,
     Watchdog,
     WriterSettings,
@@ -36,7 +37,7 @@ from post_job.hook import (
 )
 from post_job.model import JobContext
 from post_job.options import option, source_options
-from post_job.writers import url_problem
+from post_job.writers import Deadline, url_problem
 
 log = logging.getLogger("hpcmon.post_job.epilog")
 
@@ -71,7 +72,10 @@ _TOP_KEYS = {
     "spool_dir",
     "writers",
     "sources",
+    "report",
 }
+_REPORT_KEYS = {"dir", "format", "prometheus_url"}
+REPORT_FORMATS = {"html": "html", "json": "json", "text": "txt"}  # format -> file suffix
 _WRITER_KEYS = {"output", "influx_v2", "influx_v1", "batch_size", "request_timeout_seconds"}
 
 
@@ -93,6 +97,16 @@ class EpilogConfig:
     spool_dir: str | None = None
     writers: dict[str, Any] = field(default_factory=dict)
     sources: list[SourceConfig] = field(default_factory=list)
+    report: ReportConfig | None = None
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    """The per-job report (hpcmon-report) written next to the points once they are in."""
+
+    dir: str  # a pattern with {jobid} {user} {uid} {cluster} {year} {month} {day}
+    format: str = "html"
+    prometheus_url: str | None = None  # Lustre rates, power and alerts of the job
 
 
 @dataclass(frozen=True)
@@ -176,9 +190,28 @@ def parse_config(data: Mapping[str, Any], path: Path | str = "config") -> Epilog
     if not servers and "output" not in config.writers:
         # standard output would end in the epilog's log (or nowhere): refuse instead
         raise ConfigError(f"{_where(path, 'writers')}: give output, influx_v2 or influx_v1")
+    if "report" in data:
+        config.report = _parse_report(_mapping(data["report"], _where(path, "report")), path)
+        if not servers:
+            raise ConfigError(f"{_where(path, 'report')} needs writers.influx_v2 or influx_v1")
     if config.spool_dir and not servers:
         raise ConfigError(f"{_where(path, 'spool_dir')} needs writers.influx_v2 or influx_v1")
     return config
+
+
+def _parse_report(data: Mapping[str, Any], path: Path | str) -> ReportConfig:
+    _check_keys(data, _REPORT_KEYS, _where(path, "report"))
+    if "dir" not in data:
+        raise ConfigError(f"{_where(path, 'report')}: give dir (a pattern, e.g. /reports/{{user}})")
+    directory = _text(data["dir"], _where(path, "report.dir"))
+    check_pattern(directory, _where(path, "report.dir"))
+    fmt = data.get("format", "html")
+    if fmt not in REPORT_FORMATS:
+        raise ConfigError(f"{_where(path, 'report.format')} must be one of html, json, text")
+    url = data.get("prometheus_url")
+    if url is not None:
+        url = _url(url, _where(path, "report.prometheus_url"))
+    return ReportConfig(directory, fmt, url)
 
 
 def _parse_writers(data: Mapping[str, Any], path: Path | str) -> dict[str, Any]:
@@ -512,4 +545,61 @@ def _run(config: EpilogConfig, env: Mapping[str, str], now: float | None, failur
     context = JobContext(job.job_id, config.cluster, job.user)
     report = run_job(context, requests, settings, deadline)
     log.info("job=%s done: points=%d problems=%d", job.job_id, report.points, len(report.problems))
+    if config.report is not None:
+        write_job_report(config, job, settings, report, deadline)
     return failure if report.problems else 0
+
+
+def write_job_report(
+    config: EpilogConfig,
+    job: SlurmJob,
+    settings: WriterSettings,
+    run: RunReport,
+    deadline: Deadline,
+) -> Path | None:
+    """The job's report, once InfluxDB acknowledged every point (a report of half the points
+    would read as complete); a bonus: any failure is one line, never the epilog's status."""
+    assert config.report is not None
+    delivered = run.points and all(
+        not (d.spooled or d.rejected or d.lost or d.problems) for d in run.destinations
+    )
+    if not delivered:
+        log.warning(
+            "job=%s report not written: the points are not all in InfluxDB yet "
+            "(run hpcmon-report --job-id %s later)",
+            job.job_id,
+            job.job_id,
+        )
+        return None
+    try:
+        from report.api import write_report
+        from report.influx import InfluxSettings
+    except ImportError as exc:
+        log.warning("job=%s report not written: %s (install hpcmon[report])", job.job_id, exc)
+        return None
+    suffix = REPORT_FORMATS[config.report.format]
+    target = Path(output_path(config.report.dir, job, config.cluster)) / f"{job.job_id}.{suffix}"
+    influx = InfluxSettings(
+        v1_url=settings.v1_url,
+        database=settings.v1_database,
+        retention_policy=settings.v1_retention_policy,
+        v2_url=settings.v2_url,
+        org=settings.v2_org,
+        bucket=settings.v2_bucket,
+        token_file=config.writers.get("influx_v2", {}).get("token_file"),
+    )
+    try:
+        written = write_report(
+            job.job_id,
+            config.cluster,
+            influx,
+            config.report.prometheus_url,
+            target,
+            deadline=deadline.end,
+            fmt=config.report.format,
+        )
+    except Exception as exc:  # noqa: BLE001 - the points are in: a report failure is one line
+        log.warning("job=%s report not written: %s: %s", job.job_id, type(exc).__name__, exc)
+        return None
+    log.info("job=%s report written: %s", job.job_id, written)
+    return written

@@ -4,7 +4,9 @@ set -euo pipefail
 need=()
 command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v influxd >/dev/null 2>&1 || need+=(influxdb)
-command -v victoria-metrics >/dev/null 2>&1 || need+=(victoria-metrics)
+command -v victoria-metrics >/dev/null 2>&1 && command -v vmagent >/dev/null 2>&1 \
+    && command -v vmalert >/dev/null 2>&1 || need+=(victoria-metrics)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)  # the report's HTML test
 if [ ${#need[@]} -eq 0 ]; then
     exit 0
 fi
@@ -14,7 +16,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 echo "install-servers: installing ${need[*]}"
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -q
+apt-get -o DPkg::Lock::Timeout=600 update -q  # wait for a dpkg lock held elsewhere
 # policy-rc.d keeps the packages from starting their own services; tests start private instances.
 printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d.hpcmon
 chmod +x /usr/sbin/policy-rc.d.hpcmon
@@ -22,5 +24,5 @@ if [ ! -e /usr/sbin/policy-rc.d ]; then
     cp /usr/sbin/policy-rc.d.hpcmon /usr/sbin/policy-rc.d
     trap 'rm -f /usr/sbin/policy-rc.d' EXIT
 fi
-apt-get install -y -q --no-install-recommends "${need[@]}"
+apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${need[@]}"
 rm -f /usr/sbin/policy-rc.d.hpcmon

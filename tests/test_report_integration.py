@@ -347,7 +347,6 @@ def console_lines(run: subprocess.CompletedProcess) -> list[str]:
     return [line for line in run.stderr.splitlines() if ":CONSOLE" in line]
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian chromium not installed")
 def test_html_renders_in_headless_chromium(stack: dict, tmp_path: Path) -> None:
     page = tmp_path / "report.html"
     run = report_cli(stack, "--output", str(page))
