@@ -12,7 +12,9 @@ Everything it starts (InfluxDB, replay, exporter, Prometheus) is stopped on Ctrl
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -126,6 +128,38 @@ def _view(prom: Prometheus) -> str:
         )
         lines.append(f"   {labels['alertname']:<26} {where}")
     return "\n".join(lines)
+
+
+WORKDIR_MARK = ".hpcmon-demo"
+
+
+def _prepare_workdir(workdir: Path) -> str | None:
+    """Empty the work directory of an earlier demo run; never touch one the demo did not
+    create (a marker file tells). Returns a one-line problem, or None."""
+    try:
+        if workdir.exists() and any(workdir.iterdir()):
+            if not (workdir / WORKDIR_MARK).is_file():
+                return f"{workdir} exists and was not created by the demo: choose another --workdir"
+            shutil.rmtree(workdir)
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / WORKDIR_MARK).write_text("made by `make demo`; removed by the next demo run\n")
+    except OSError as exc:
+        return f"{workdir}: {exc.strerror or exc}"
+    return None
+
+
+class _Hangup(KeyboardInterrupt):
+    """SIGHUP or SIGTERM: stop like Ctrl-C, so every server the demo started is stopped."""
+
+
+def _stop_on_hangup() -> None:
+    def stop(signum: int, _frame: object) -> None:
+        for other in (signal.SIGHUP, signal.SIGTERM):
+            signal.signal(other, signal.SIG_IGN)  # one stop; let the cleanup finish
+        raise _Hangup(signal.Signals(signum).name)
+
+    for signum in (signal.SIGHUP, signal.SIGTERM):
+        signal.signal(signum, stop)
 
 
 def _generate_dashboards(workdir: Path) -> Path:
@@ -243,8 +277,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=ROOT / "demo-run")
     args = parser.parse_args(argv)
 
-    shutil.rmtree(args.workdir, ignore_errors=True)
-    args.workdir.mkdir(parents=True)
+    problem = _prepare_workdir(args.workdir)
+    if problem:
+        print(f"demo: {problem}", file=sys.stderr)
+        return 2
+    _stop_on_hangup()
     jobstats_file = args.workdir / "jobstats.txt"
     sections = load_sections(_captures())
     started = time.time()
@@ -300,7 +337,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 view = _view(prom)
                 print(("\033[2J\033[H" if interactive else "\n") + view, flush=True)
     except KeyboardInterrupt:
-        print("\nstopping")
+        with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
+            print("\nstopping", flush=True)
     finally:
         stop.set()
     return 0
