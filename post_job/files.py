@@ -22,11 +22,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from post_job.problems import SourceError
+
 GZIP_MAGIC = b"\x1f\x8b"
-
-
-class InputError(ValueError):
-    """The input file cannot be read at all (the message names the file and the problem)."""
 
 
 def not_a_regular_file(path: str | Path) -> str | None:
@@ -47,14 +45,14 @@ def read_input(path: Path, errors: list[str]) -> tuple[bytes, int]:
     """The file's content (gunzipped when it starts with the gzip magic, whatever its name)
     and its size on disk. A truncated gzip stream keeps its readable prefix and adds a line to
     ``errors``; an unreadable file, one that is not a regular file, or corrupt gzip data
-    raises InputError."""
+    raises SourceError."""
     problem = not_a_regular_file(path)
     if problem:
-        raise InputError(problem)
+        raise SourceError(problem)
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        raise SourceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     file_bytes = len(raw)
     if raw[:2] == GZIP_MAGIC:
         raw = _gunzip(raw, path, errors)
@@ -67,7 +65,7 @@ def _gunzip(data: bytes, path: Path, errors: list[str]) -> bytes:
     try:
         out = decompressor.decompress(data) + decompressor.flush()
     except zlib.error as exc:
-        raise InputError(f"{path}: corrupt gzip data: {exc}") from exc
+        raise SourceError(f"{path}: corrupt gzip data: {exc}") from exc
     if not decompressor.eof:
         errors.append(f"{path}: gzip stream is truncated after {len(out):,} bytes")
     return out

@@ -276,7 +276,8 @@ def _same_body_as_text(binary_log, text_log) -> None:
 
 
 def test_logs_after_damaged_logs_are_read_by_a_fresh_child_and_are_intact(tmp_path):
-    from post_job.darshan.reader_pydarshan import DarshanReadError, read_darshan_logs_isolated
+    from post_job.darshan.reader_pydarshan import read_darshan_logs_isolated
+    from post_job.problems import SourceError
 
     data = log_path(MPI_IO_TEST).read_bytes()
     cuts = []
@@ -292,7 +293,7 @@ def test_logs_after_damaged_logs_are_read_by_a_fresh_child_and_are_intact(tmp_pa
     for path in (cuts[0], cuts[1], empty):
         (outcome,) = [o for p, o in results if p == path]
         # an error, or what could be read plus problems (the crash may come at log close)
-        found = [str(outcome)] if isinstance(outcome, DarshanReadError) else outcome.problems
+        found = [str(outcome)] if isinstance(outcome, SourceError) else outcome.problems
         assert found and all(str(path) in message for message in found)
     good = [o for p, o in results if p in (log_path(MPI_IO_TEST), log_path(SKEW))]
     assert all(not isinstance(o, Exception) and o.problems == [] for o in good)
@@ -329,10 +330,11 @@ def test_a_crash_costs_only_the_log_being_read(monkeypatch):
 
 
 def test_a_hung_read_is_killed_and_named():
-    from post_job.darshan.reader_pydarshan import DarshanReadError, read_darshan_logs_isolated
+    from post_job.darshan.reader_pydarshan import read_darshan_logs_isolated
+    from post_job.problems import SourceError
 
     ((path, outcome),) = read_darshan_logs_isolated([log_path(IMBALANCED)], timeout=1e-4)
-    assert isinstance(outcome, DarshanReadError)
+    assert isinstance(outcome, SourceError)
     assert str(outcome).startswith(f"{path}: PyDarshan did not finish within 0 s")
 
 

@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 
 from post_job.cli import main
 from post_job.darshan import collect_darshan, read_log, read_text
-from post_job.darshan.reader_pydarshan import DarshanReadError, read_darshan_logs_isolated
+from post_job.darshan.reader_pydarshan import read_darshan_logs_isolated
 from post_job.darshan.signals import NA, compute_signals
 from post_job.model import JobContext
+from post_job.problems import SourceError
 from tests.darshan_helpers import LOGS, MPI_IO_TEST, log_path, pydarshan_records, text_path
 
 MIB = 1048576.0
@@ -371,7 +372,7 @@ def test_damaged_logs_through_the_isolated_reader_never_raise(tmp_path: Path, da
     bad.write_bytes(bytes(damaged))
     results = list(read_darshan_logs_isolated([bad, log_path(MPI_IO_TEST)]))
     (_, first), (_, second) = results
-    if isinstance(first, DarshanReadError):
+    if isinstance(first, SourceError):
         assert str(first).startswith(f"{bad}: ")
     assert not isinstance(second, Exception) and second.problems == []
     reference = read_log(log_path(MPI_IO_TEST))

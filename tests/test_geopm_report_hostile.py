@@ -18,6 +18,7 @@ from post_job.geopm_report import collect_geopm_reports
 from post_job.geopm_report.parser import parse_report_file, parse_report_text
 from post_job.geopm_report.records import Report, SessionReport
 from post_job.model import JobContext
+from post_job.problems import MAX_PROBLEMS_PER_INPUT
 
 DATA = Path(__file__).parent / "data" / "geopm_report"
 FIXTURES = sorted(p for p in DATA.iterdir() if p.name != "SOURCES.md")
@@ -333,8 +334,9 @@ def test_huge_values_and_odd_host_names_stay_writable() -> None:
 def test_too_many_problems_are_capped() -> None:
     text = "GEOPM Version: 3.0\nHosts:\n  n1:\n" + "    ???\n" * 500
     errors = parse_report_text(text, FAKE).errors
-    assert len(errors) == 21
-    assert errors[-1].endswith("more problems")
+    assert len(errors) == MAX_PROBLEMS_PER_INPUT + 1
+    # 500 bad lines and the host's missing Application Totals: the rest in one line
+    assert errors[-1].endswith(f"... and {501 - MAX_PROBLEMS_PER_INPUT} more problems")
 
 
 def test_collect_never_raises_on_a_directory(tmp_path: Path) -> None:

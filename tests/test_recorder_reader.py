@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from post_job.recorder.reader import RecorderTraceError, read_recorder_trace
+from post_job.problems import SourceError
+from post_job.recorder.reader import read_recorder_trace
 from post_job.recorder.writer import RankCalls, Signature, run_length_calls, write_trace
 
 DATA = Path(__file__).parent / "data" / "recorder"
@@ -155,13 +156,13 @@ def test_recorder_2_2_itf_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "0.itf").write_bytes(b"\x00" * 32)
     (tmp_path / "0.mt").write_bytes(b"\x00" * 32)
     (tmp_path / "recorder.mt").write_bytes(b"\x00" * 32)
-    with pytest.raises(RecorderTraceError, match=r"\.itf.*2\.2.*not supported"):
+    with pytest.raises(SourceError, match=r"\.itf.*2\.2.*not supported"):
         read_recorder_trace(tmp_path)
 
 
 def test_post_3_0_single_file_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "recorder.dat").write_bytes(b"RECORDER" + b"\x00" * 16)
-    with pytest.raises(RecorderTraceError, match="recorder.dat.*not supported"):
+    with pytest.raises(SourceError, match="recorder.dat.*not supported"):
         read_recorder_trace(tmp_path)
 
 
@@ -169,16 +170,16 @@ def test_post_3_0_single_file_is_a_clear_error(tmp_path: Path) -> None:
 def test_other_versions_are_clear_errors(tmp_path: Path, version: str) -> None:
     trace = copy_trace(TRACES[1], tmp_path / "t")
     (trace / "VERSION").write_text(version)
-    with pytest.raises(RecorderTraceError, match=f"version {re.escape(version)} is not supported"):
+    with pytest.raises(SourceError, match=f"version {re.escape(version)} is not supported"):
         read_recorder_trace(trace)
 
 
 def test_garbage_version_and_missing_dir(tmp_path: Path) -> None:
     trace = copy_trace(TRACES[1], tmp_path / "t")
     (trace / "VERSION").write_bytes(b"\xff\xfe garbage")
-    with pytest.raises(RecorderTraceError, match="VERSION"):
+    with pytest.raises(SourceError, match="VERSION"):
         read_recorder_trace(trace)
-    with pytest.raises(RecorderTraceError, match="not a Recorder trace directory"):
+    with pytest.raises(SourceError, match="not a Recorder trace directory"):
         read_recorder_trace(tmp_path / "missing")
 
 
@@ -289,7 +290,7 @@ def test_more_ranks_announced_than_present(tmp_path: Path) -> None:
     assert any("998 of 1000 ranks have no .cst file (first: 2, 3, 4" in e for e in result.errors)
     data[0:4] = (2**31 - 1).to_bytes(4, "little")
     (trace / "recorder.mt").write_bytes(bytes(data))
-    with pytest.raises(RecorderTraceError, match="recorder.mt: implausible rank count"):
+    with pytest.raises(SourceError, match="recorder.mt: implausible rank count"):
         read_recorder_trace(trace)
 
 

@@ -11,8 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from post_job.model import JobContext
+from post_job.problems import SourceError
 from post_job.viztracer import collect_viztracer
-from post_job.viztracer.reader import TraceReadError, read_trace
+from post_job.viztracer.reader import read_trace
 from tests.test_viztracer_support import DATA, complete_events, load_document
 
 # Phase counts as listed in tests/data/viztracer/SOURCES.md (read off the fixture files).
@@ -116,7 +117,7 @@ def test_truncated_gzip_keeps_what_decompresses(tmp_path) -> None:
 def test_corrupt_gzip_is_a_clear_error(tmp_path) -> None:
     bad = tmp_path / "bad.json.gz"
     bad.write_bytes(b"\x1f\x8b\x08\x00garbage-not-deflate" * 3)
-    with pytest.raises(TraceReadError, match="bad.json.gz: corrupt gzip"):
+    with pytest.raises(SourceError, match="bad.json.gz: corrupt gzip"):
         read_trace(bad)
 
 
@@ -133,7 +134,7 @@ def test_corrupt_gzip_is_a_clear_error(tmp_path) -> None:
 def test_unreadable_files_name_the_file_and_problem(tmp_path, content, problem) -> None:
     path = tmp_path / "broken.json"
     path.write_bytes(content)
-    with pytest.raises(TraceReadError, match=f"broken.json: .*({problem})"):
+    with pytest.raises(SourceError, match=f"broken.json: .*({problem})"):
         read_trace(path)
 
 

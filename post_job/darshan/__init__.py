@@ -11,19 +11,19 @@ from collections.abc import Iterator, Sequence
 from itertools import chain
 from pathlib import Path
 
-from post_job.darshan.model import DarshanLog, header_problems
+from post_job.darshan.model import DarshanLog, JobInfo, header_problems
 from post_job.darshan.points import log_points
 from post_job.darshan.reader_pydarshan import (
-    DarshanReadError,
     read_darshan_log_isolated,
     read_darshan_logs_isolated,
 )
 from post_job.darshan.reader_text import read_parser_text
-from post_job.darshan.signals import compute_signals
+from post_job.darshan.signals import LogSignals, compute_signals
 from post_job.darshan.signals_text import write_signals
 from post_job.files import unexpected_error
 from post_job.model import JobContext, SourceOutput
 from post_job.options import option
+from post_job.problems import Problems, SourceError
 
 __all__ = ["collect_darshan", "read_log", "read_text"]
 
@@ -41,7 +41,7 @@ def _read_texts(paths: Sequence[Path]) -> Iterator[tuple[Path, DarshanLog | Exce
     for path in paths:
         try:
             yield path, read_parser_text(path)
-        except Exception as exc:  # DarshanReadError, or a bug the loop below reports
+        except Exception as exc:  # SourceError, or a bug the loop below reports
             yield path, exc
 
 
@@ -81,56 +81,71 @@ def collect_darshan(
     signals_out: Path | None = None,
 ) -> SourceOutput:
     output = SourceOutput()
-    computed = []
+    computed: list[tuple[JobInfo, LogSignals]] = []
     logs, texts = [Path(p) for p in logs], [Path(p) for p in texts]
     labels = log_labels([*logs, *texts])
     # binary logs are read by one child process for the whole job (see reader_pydarshan)
     binary = read_darshan_logs_isolated(logs)
     for path, outcome in chain(binary, _read_texts(texts)):
-        try:
-            if isinstance(outcome, Exception):
-                raise outcome
-            log = outcome
-            refused, flagged = header_problems(log.job, time.time())
-            if refused:
-                output.errors.append(f"{path}: implausible header, log refused: {refused}")
-                continue
-            if flagged:
-                values = ", ".join(f"{name}={value}" for name, value in flagged.items())
-                output.errors.append(
-                    f"{path}: implausible header value(s) left out of the points: {values}"
-                )
-            signals = compute_signals(log)
-            tags = {**job.base_tags(), "log": labels[path]}
-            points = log_points(
-                log.job,
-                signals,
-                tags,
-                log.names,
-                top_records,
-                flagged=set(flagged),
-                partial_modules=log.partial_modules,
-            )
-        except DarshanReadError as exc:
-            output.errors.append(str(exc))
-            continue
-        except Exception as exc:  # a bug or an input no check foresaw: keep the other logs
-            output.errors.append(unexpected_error(path, "processing the log", exc))
-            continue
-        if log.skipped_modules and not log.modules and not log.heatmaps:
-            output.errors.append(
-                f"{path}: no module with I/O counters (only {', '.join(log.skipped_modules)});"
-                " the job's I/O totals are 0 for this log"
-            )
-        output.errors.extend(log.problems)
-        output.errors.extend(signals.problems)
-        output.warnings.extend(log.warnings)
-        output.warnings.extend(signals.warnings)
-        output.points.extend(points)
-        computed.append((log.job, signals))
+        problems = Problems(path)
+        tags = {**job.base_tags(), "log": labels[path]}
+        converted = _log_points(path, outcome, tags, top_records, problems, output)
+        if converted is not None:
+            computed.append(converted)
+        output.errors.extend(problems)
     if signals_out is not None:
         try:
             write_signals(Path(signals_out), computed)
         except OSError as exc:
             output.errors.append(f"{signals_out}: cannot write signals: {exc.strerror or exc}")
     return output
+
+
+def _log_points(
+    path: Path,
+    outcome: DarshanLog | Exception,
+    tags: dict[str, str],
+    top_records: int,
+    problems: Problems,
+    output: SourceOutput,
+) -> tuple[JobInfo, LogSignals] | None:
+    """One log's points and warnings into ``output``, its problems into ``problems``; the
+    log's header and signals (for the signals file), None when the log gave nothing."""
+    try:
+        if isinstance(outcome, Exception):
+            raise outcome
+        log = outcome
+        refused, flagged = header_problems(log.job, time.time())
+        if refused:
+            problems.append(f"{path}: implausible header, log refused: {refused}")
+            return None
+        if flagged:
+            values = ", ".join(f"{name}={value}" for name, value in flagged.items())
+            problems.append(f"{path}: implausible header value(s) left out of the points: {values}")
+        signals = compute_signals(log)
+        points = log_points(
+            log.job,
+            signals,
+            tags,
+            log.names,
+            top_records,
+            flagged=set(flagged),
+            partial_modules=log.partial_modules,
+        )
+    except SourceError as exc:
+        problems.append(str(exc))
+        return None
+    except Exception as exc:  # a bug or an input no check foresaw: keep the other logs
+        problems.append(unexpected_error(path, "processing the log", exc))
+        return None
+    if log.skipped_modules and not log.modules and not log.heatmaps:
+        problems.append(
+            f"{path}: no module with I/O counters (only {', '.join(log.skipped_modules)});"
+            " the job's I/O totals are 0 for this log"
+        )
+    problems.extend(log.problems)
+    problems.extend(signals.problems)
+    output.warnings.extend(log.warnings)
+    output.warnings.extend(signals.warnings)
+    output.points.extend(points)
+    return log.job, signals

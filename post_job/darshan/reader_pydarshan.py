@@ -38,6 +38,7 @@ from post_job.darshan.model import (
     partial_warning,
 )
 from post_job.files import not_a_regular_file
+from post_job.problems import SourceError
 
 # A Darshan log starts with its format version string, e.g. b"3.41\0\0\0\0".
 _MAGIC_PREFIXES = (b"3.", b"2.")
@@ -45,8 +46,8 @@ _CLOSED = "closed"  # the child's word that it closed the log handle after sendi
 _CLOSE_TIMEOUT = 10.0  # seconds darshan_log_close may take
 
 
-class DarshanReadError(Exception):
-    """The log cannot be read at all; the message names the file and the problem."""
+# The name report/ imports; the one post-job source error type.
+DarshanReadError = SourceError
 
 
 @dataclass
@@ -108,7 +109,7 @@ class _PackedLog:
 
 
 def read_darshan_log(path: str | Path) -> DarshanLog:
-    """Read one binary log in this process; raise DarshanReadError when nothing can be read."""
+    """Read one binary log in this process; raise SourceError when nothing can be read."""
     path = Path(path)
     with _open_report(path) as report:
         return _read_report(path, report).unpack()
@@ -121,20 +122,20 @@ def _open_report(path: Path):
     try:
         return darshan.DarshanReport(str(path), read_all=False)
     except Exception as exc:  # the C library reports failures as RuntimeError and others
-        raise DarshanReadError(f"{path}: not a readable Darshan log ({exc})") from exc
+        raise SourceError(f"{path}: not a readable Darshan log ({exc})") from exc
 
 
 def read_darshan_log_isolated(path: str | Path, timeout: float = 600.0) -> DarshanLog:
     """One log read in a child process (see ``read_darshan_logs_isolated``)."""
     ((_, outcome),) = read_darshan_logs_isolated([Path(path)], timeout)
-    if isinstance(outcome, DarshanReadError):
+    if isinstance(outcome, SourceError):
         raise outcome
     return outcome
 
 
 def read_darshan_logs_isolated(
     paths: Iterable[Path], timeout: float = 600.0
-) -> Iterator[tuple[Path, DarshanLog | DarshanReadError]]:
+) -> Iterator[tuple[Path, DarshanLog | SourceError]]:
     """(path, log or error) for each path, read in a forked child so that a crash inside
     darshan-util costs only the log being read, never the caller.
 
@@ -150,10 +151,10 @@ def read_darshan_logs_isolated(
             _check_looks_like_log(path)  # no child needed for an empty or foreign file
             child = _reader_child()
             outcome, healthy = child.read(path, timeout)
-        except DarshanReadError as exc:  # found before the child saw the file
+        except SourceError as exc:  # found before the child saw the file
             outcome, healthy = exc, True
         except Exception as exc:  # fork failed, garbage on the pipe, ...: never raise
-            outcome = DarshanReadError(
+            outcome = SourceError(
                 f"{path}: cannot read the log in a child process ({type(exc).__name__}: {exc})"
             )
             healthy = False
@@ -214,7 +215,7 @@ class _ReaderChild:
             self.pid = 0
         return not finished
 
-    def read(self, path: Path, timeout: float) -> tuple[DarshanLog | DarshanReadError, bool]:
+    def read(self, path: Path, timeout: float) -> tuple[DarshanLog | SourceError, bool]:
         """(log or error, whether this child can be trusted with the next log)."""
         reply = closed = None
         hung = False
@@ -232,8 +233,8 @@ class _ReaderChild:
         if reply is None:
             detail = f" ({problems[-1].split(': ', 2)[2]})" if problems else ""
             how = self._fate(hung, timeout)
-            return DarshanReadError(f"{path}: PyDarshan {how} reading the log{detail}"), False
-        if isinstance(reply, DarshanReadError):
+            return SourceError(f"{path}: PyDarshan {how} reading the log{detail}"), False
+        if isinstance(reply, SourceError):
             return reply, False
         log = reply.unpack()
         if closed != _CLOSED:
@@ -304,11 +305,11 @@ def _serve(conn: Connection, stderr_fd: int) -> None:
         report = None
         try:
             report = _open_report(path)
-            result: _PackedLog | DarshanReadError = _read_report(path, report)
-        except DarshanReadError as exc:
+            result: _PackedLog | SourceError = _read_report(path, report)
+        except SourceError as exc:
             result = exc
         except Exception as exc:
-            result = DarshanReadError(f"{path}: cannot read the log ({type(exc).__name__}: {exc})")
+            result = SourceError(f"{path}: cannot read the log ({type(exc).__name__}: {exc})")
         conn.send(result)
         del result
         if report is not None:
@@ -319,16 +320,16 @@ def _serve(conn: Connection, stderr_fd: int) -> None:
 def _check_looks_like_log(path: Path) -> None:
     problem = not_a_regular_file(path)
     if problem:
-        raise DarshanReadError(problem)
+        raise SourceError(problem)
     try:
         with path.open("rb") as handle:
             head = handle.read(8)
     except OSError as exc:
-        raise DarshanReadError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        raise SourceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     if not head:
-        raise DarshanReadError(f"{path}: empty file, not a Darshan log")
+        raise SourceError(f"{path}: empty file, not a Darshan log")
     if not head.startswith(_MAGIC_PREFIXES):
-        raise DarshanReadError(f"{path}: not a Darshan log (bad version header {head[:8]!r})")
+        raise SourceError(f"{path}: not a Darshan log (bad version header {head[:8]!r})")
 
 
 def _read_report(path: Path, report) -> _PackedLog:

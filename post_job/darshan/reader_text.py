@@ -29,10 +29,9 @@ from post_job.darshan.model import (
     is_record_id_counter,
     partial_warning,
 )
-from post_job.darshan.reader_pydarshan import DarshanReadError
-from post_job.files import InputError, read_input
+from post_job.files import read_input
+from post_job.problems import Problems, SourceError
 
-_MAX_LISTED_BAD_LINES = 5
 _PARTIAL_MARK = b"# *WARNING*: The "
 _PARTIAL = re.compile(rb"# \*WARNING\*: The (\S+) module contains incomplete data!")
 _FIRST_NON_SPACE = re.compile(rb"\S")
@@ -59,15 +58,12 @@ class _Rows:
 
 
 def read_parser_text(path: str | Path) -> DarshanLog:
-    """Read one darshan-parser output file; raise DarshanReadError when it has no log in it."""
+    """Read one darshan-parser output file; raise SourceError when it has no log in it."""
     path = Path(path)
     gzip_problems: list[str] = []
-    try:
-        data, _ = read_input(path, gzip_problems)  # sites often archive the text gzipped
-    except InputError as exc:
-        raise DarshanReadError(str(exc)) from exc
+    data, _ = read_input(path, gzip_problems)  # sites often archive the text gzipped
     if _FIRST_NON_SPACE.search(data) is None:
-        raise DarshanReadError(f"{path}: empty file, not darshan-parser output")
+        raise SourceError(f"{path}: empty file, not darshan-parser output")
     job = _parse_header(path, data)
     log = DarshanLog(source=str(path), job=job, problems=gzip_problems)
     if not any(line.startswith("# start_time: ") for line in job.header_lines):
@@ -87,7 +83,7 @@ def read_parser_text(path: str | Path) -> DarshanLog:
     log.skipped_modules = sorted(_listed_modules(job.header_lines) & set(SKIPPED_MODULES))
     expected = sorted(_listed_modules(job.header_lines) & {*IO_MODULES, HEATMAP})
     if len(rows.values) == 0 and expected:
-        raise DarshanReadError(
+        raise SourceError(
             f"{path}: no counter lines although the header lists modules {', '.join(expected)}"
             " (output of darshan-parser --total/--perf/--file? the default --base is needed)"
         )
@@ -143,7 +139,7 @@ def _parse_header(path: Path, data: bytes) -> JobInfo:
         except ValueError:
             continue
     if not job.log_version:
-        raise DarshanReadError(
+        raise SourceError(
             f"{path}: not darshan-parser output (no '# darshan log version:' header line)"
         )
     while header and not header[-1].strip():
@@ -245,8 +241,7 @@ def _slow_rows(path: Path, data: bytes, problems: list[str]) -> _Rows:
     counters: list[str] = []
     values: list[float] = []
     names: dict[int, str] = {}
-    bad: list[str] = []
-    bad_count = 0
+    bad = Problems(path)  # "line N: reason", the first few listed in one error line
     for number, raw in enumerate(data.split(b"\n"), start=1):
         line = raw.decode("utf-8", "replace").rstrip("\r")
         if not line.strip() or line.startswith("#"):
@@ -256,9 +251,7 @@ def _slow_rows(path: Path, data: bytes, problems: list[str]) -> _Rows:
             continue
         reason = _bad_line_reason(fields)
         if reason:
-            bad_count += 1
-            if len(bad) < _MAX_LISTED_BAD_LINES:
-                bad.append(f"line {number}: {reason}")
+            bad.append(f"line {number}: {reason}")
             continue
         record_id = int(fields[2])
         modules.append(fields[0])
@@ -268,10 +261,10 @@ def _slow_rows(path: Path, data: bytes, problems: list[str]) -> _Rows:
         values.append(float(fields[4]))
         if len(fields) > 5 and fields[5] and record_id not in names:
             names[record_id] = fields[5]
-    if bad_count:
-        more = f" (and {bad_count - len(bad)} more)" if bad_count > len(bad) else ""
+    if bad:
+        more = f" (and {bad.dropped} more)" if bad.dropped else ""
         problems.append(
-            f"{path}: {bad_count} malformed counter line(s) skipped: " + "; ".join(bad) + more
+            f"{path}: {bad.total} malformed counter line(s) skipped: " + "; ".join(bad.kept) + more
         )
     module_names = sorted(set(modules))
     counter_names = sorted(set(counters))

@@ -18,6 +18,7 @@ from post_job.geopm_report.parser import parse_report_file
 from post_job.geopm_report.points import report_points, session_points
 from post_job.geopm_report.records import Report
 from post_job.model import JobContext, SourceOutput
+from post_job.problems import Problems
 
 __all__ = ["collect_geopm_reports"]
 
@@ -27,14 +28,15 @@ def collect_geopm_reports(reports: Sequence[Path], job: JobContext) -> SourceOut
     output = SourceOutput()
     for path in reports:
         result = parse_report_file(path)
-        output.errors.extend(result.errors)
+        problems = Problems(path)
+        problems.extend(result.errors)
         modified_ns: int | None = None  # read, and said, once per file
         for index, record in enumerate(result.reports):
             time_ns = record.start_time_ns
             if time_ns is None:
                 if modified_ns is None:
                     modified_ns = file_time_ns(path)
-                    output.errors.append(
+                    problems.append(
                         f"{path}: no readable start time; points use the file's modification time"
                     )
                 time_ns = modified_ns + index
@@ -44,5 +46,6 @@ def collect_geopm_reports(reports: Sequence[Path], job: JobContext) -> SourceOut
                 else:
                     output.points.extend(session_points(record, job, time_ns))
             except Exception as exc:  # noqa: BLE001 - one bad record must not cost the rest
-                output.errors.append(unexpected_error(path, "converting to points", exc))
+                problems.append(unexpected_error(path, "converting to points", exc))
+        output.errors.extend(problems)
     return output

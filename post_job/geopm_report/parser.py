@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from hpcmon.timeutil import NS_PER_SECOND
-from post_job.files import InputError, read_input
+from post_job.files import read_input
 from post_job.geopm_report.records import (
     SCOPE_BY_SECTION,
     HostReport,
@@ -28,8 +28,8 @@ from post_job.geopm_report.records import (
     SignalStats,
     Value,
 )
+from post_job.problems import Problems, SourceError
 
-MAX_ERRORS_PER_FILE = 20
 SESSION_STATS = ("count", "first", "last", "min", "max", "mean", "std")
 SESSION_SUMMARY_KEYS = (
     "sample-time-total",
@@ -50,27 +50,6 @@ _ISO_TIME = re.compile(
 _TEXT_REGION = re.compile(r"Region (.*) \(([^()]*)\):")
 _NUMBER_WITH_UNIT = re.compile(r"([-+]?[0-9.]+(?:[eE][-+]?\d+)?)\s+([A-Za-z/%]+)")
 _NUMBER_START = frozenset("0123456789-+.nNiI")
-
-
-class _Problems:
-    """Error messages for one file, capped so a garbage file cannot flood the job's log."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.messages: list[str] = []
-        self.dropped = 0
-
-    def add(self, message: str, lineno: int | None = None) -> None:
-        if len(self.messages) >= MAX_ERRORS_PER_FILE:
-            self.dropped += 1
-            return
-        where = f"{self.path}:{lineno}" if lineno is not None else f"{self.path}"
-        self.messages.append(f"{where}: {message}")
-
-    def finish(self) -> list[str]:
-        if self.dropped:
-            return [*self.messages, f"{self.path}: ... and {self.dropped} more problems"]
-        return self.messages
 
 
 # ---------------------------------------------------------------------------- small helpers
@@ -163,7 +142,7 @@ def parse_iso_time(text: str) -> int | None:
     return (int(moment.timestamp()) - offset_seconds) * NS_PER_SECOND + fraction_ns
 
 
-def _key_value_or_report(content: str, problems: _Problems, lineno: int) -> tuple[str, str] | None:
+def _key_value_or_report(content: str, problems: Problems, lineno: int) -> tuple[str, str] | None:
     pair = split_key_value(content)
     if pair is None:
         problems.add(f"expected 'key: value', got {content[:60]!r}", lineno)
@@ -193,7 +172,7 @@ def parse_report_file(path: str | Path) -> ParseResult:
     gzip_problems: list[str] = []
     try:
         data, _ = read_input(path, gzip_problems)
-    except InputError as exc:
+    except SourceError as exc:
         return ParseResult(errors=[str(exc)])
     result = parse_report_text(data.decode("utf-8", errors="replace"), path)
     result.errors[:0] = gzip_problems
@@ -203,7 +182,7 @@ def parse_report_file(path: str | Path) -> ParseResult:
 def parse_report_text(text: str, path: str | Path) -> ParseResult:
     """Like :func:`parse_report_file` for text already read (``path`` names it in errors)."""
     path = Path(path)
-    problems = _Problems(path)
+    problems = Problems(path)
     result = ParseResult()
     try:
         kind = detect_kind(text)
@@ -229,7 +208,7 @@ def parse_report_text(text: str, path: str | Path) -> ParseResult:
             f"internal error while parsing ({type(exc).__name__}: {exc}); "
             "data before this point kept"
         )
-    result.errors = problems.finish()
+    result.errors = problems.lines()
     return result
 
 
@@ -256,7 +235,7 @@ def detect_kind(text: str) -> str | None:
 # ---------------------------------------------------------------------------- YAML era
 
 
-def _parse_yaml_era(lines: list[str], path: Path, problems: _Problems) -> Report:
+def _parse_yaml_era(lines: list[str], path: Path, problems: Problems) -> Report:
     """geopm_report(7) as YAML: header keys, ``Hosts:``, one block per host with ``Regions``
     (a list of mappings) and the three totals; agents may add keys at each level."""
     report = Report(path=path, era="yaml")
@@ -376,7 +355,7 @@ def _parse_yaml_era(lines: list[str], path: Path, problems: _Problems) -> Report
     return report
 
 
-def _check_runtime_report(report: Report, problems: _Problems) -> None:
+def _check_runtime_report(report: Report, problems: Problems) -> None:
     """Name what is missing (truncated files lose their tail) and drop unusable regions."""
     if report.version is None:
         problems.add("no 'GEOPM Version' in the header")
@@ -402,7 +381,7 @@ def _check_runtime_report(report: Report, problems: _Problems) -> None:
 # ---------------------------------------------------------------------------- 1.x text era
 
 
-def _parse_text_era(lines: list[str], path: Path, problems: _Problems) -> Report:
+def _parse_text_era(lines: list[str], path: Path, problems: Problems) -> Report:
     """The pre-YAML report: ``##### geopm <version> #####``, header lines, then per host
     ``Host: name``, ``Region <name> (<hash>):`` blocks, ``Epoch Totals:`` and ``Application
     Totals:``; values are indented ``key: value`` lines. 1.x lists the unmarked region as
@@ -481,7 +460,7 @@ def _new_session(path: Path, form: str) -> SessionReport:
     return SessionReport(path=path, form=form, host="")
 
 
-def _finish_session(session: SessionReport, problems: _Problems, where: str) -> bool:
+def _finish_session(session: SessionReport, problems: Problems, where: str) -> bool:
     """Fill the time; say what is missing. False when the document is unusable (no host)."""
     if not session.host:
         problems.add(f"{where}: no 'host'; document skipped")
@@ -503,7 +482,7 @@ def _finish_session(session: SessionReport, problems: _Problems, where: str) -> 
     return True
 
 
-def _parse_session_yaml(lines: list[str], path: Path, problems: _Problems) -> list[SessionReport]:
+def _parse_session_yaml(lines: list[str], path: Path, problems: Problems) -> list[SessionReport]:
     """``geopmsession -r`` YAML: per document ``host``, ``sample-*`` keys and ``metrics``
     (signal -> count/first/last/min/max/mean/std); ``---`` separates periods (``-s``)."""
     sessions: list[SessionReport] = []
@@ -572,7 +551,7 @@ def _parse_session_yaml(lines: list[str], path: Path, problems: _Problems) -> li
     return sessions
 
 
-def _parse_session_csv(text: str, path: Path, problems: _Problems) -> list[SessionReport]:
+def _parse_session_csv(text: str, path: Path, problems: Problems) -> list[SessionReport]:
     """``geopmsession -r -f csv``: one header row, one row per host and period; signal columns
     are ``<signal>-<statistic>`` (``CPU_POWER-package-0-mean``)."""
     rows = csv.reader(text.replace("\x00", "").splitlines())
@@ -601,7 +580,7 @@ def _parse_session_csv(text: str, path: Path, problems: _Problems) -> list[Sessi
                 sessions.append(session)
     except csv.Error as exc:
         problems.add(f"malformed CSV after {len(sessions)} row(s): {exc}")
-    if not sessions and not problems.messages:
+    if not sessions and not problems:
         problems.add("no data rows after the CSV header (truncated report?)")
     return sessions
 
@@ -611,7 +590,7 @@ def _session_from_row(
     header: list[str],
     columns: list[tuple[str, str | None]],
     path: Path,
-    problems: _Problems,
+    problems: Problems,
     lineno: int,
 ) -> SessionReport | None:
     """One CSV row as a session document; None (and a message) when it cannot be one."""

@@ -12,19 +12,19 @@ from pathlib import Path
 from post_job.files import input_labels, unexpected_error
 from post_job.model import JobContext, SourceOutput
 from post_job.options import option
+from post_job.problems import Problems, SourceError
 from post_job.recorder.dataframe import (
     MultiRecorderDFHandler,
     RecorderDataFrame,
     RecorderDataReader,
 )
 from post_job.recorder.points import trace_points
-from post_job.recorder.reader import RecorderTraceError, read_recorder_trace
+from post_job.recorder.reader import read_recorder_trace
 
 __all__ = [
     "MultiRecorderDFHandler",
     "RecorderDataFrame",
     "RecorderDataReader",
-    "RecorderTraceError",
     "collect_recorder",
     "read_recorder_trace",
 ]
@@ -40,9 +40,10 @@ def collect_recorder(
     output = SourceOutput()
     paths = [Path(d) for d in trace_dirs]
     for trace_dir, label in zip(paths, input_labels(paths), strict=True):
+        problems = Problems(trace_dir)
         try:
             frame = RecorderDataFrame.from_recorder(trace_dir)
-            output.errors.extend(frame.errors)
+            problems.extend(frame.errors)
             output.points.extend(
                 trace_points(
                     frame,
@@ -52,8 +53,9 @@ def collect_recorder(
                     per_rank_functions=per_rank_functions,
                 )
             )
-        except RecorderTraceError as exc:
-            output.errors.append(str(exc))
+        except SourceError as exc:
+            problems.append(str(exc))
         except Exception as exc:  # a hostile trace must never take the job's other data down
-            output.errors.append(unexpected_error(trace_dir, "reading the trace", exc))
+            problems.append(unexpected_error(trace_dir, "reading the trace", exc))
+        output.errors.extend(problems)
     return output

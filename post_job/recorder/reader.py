@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from post_job.files import not_a_regular_file
+from post_job.problems import SourceError
 
 # A grammar that expands beyond this many calls per rank is treated as corrupt (it would
 # need > 2 GB of memory to hold); real traces this large are out of scope for a post-job hook.
@@ -34,10 +35,6 @@ _MT_25 = struct.Struct("<i6?6xddi4?")
 _MT_24 = struct.Struct("<i4xddiii")  # total_ranks, start_ts, res, buffer, ts algo, ipc
 _MT_NAMES_OFFSET_25_30 = 1024
 _MT_NAMES_OFFSET_24 = 40
-
-
-class RecorderTraceError(Exception):
-    """The trace directory as a whole cannot be read (message names the file and problem)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,17 +156,17 @@ def function_type(name: str) -> str:
 
 
 def read_recorder_trace(path: Path) -> RecorderTrace:
-    """Read one trace directory. Raises RecorderTraceError only when nothing can be read;
+    """Read one trace directory. Raises SourceError only when nothing can be read;
     problems confined to one rank are listed in ``errors`` and that rank is left out."""
     path = Path(path)
     if not path.is_dir():
-        raise RecorderTraceError(f"{path}: not a Recorder trace directory")
+        raise SourceError(f"{path}: not a Recorder trace directory")
     version = _read_version(path)
     if version.startswith(("3.0.", "2.5.")) or version in ("3.0", "2.5"):
         return _read_25_30(path, version)
     if version.startswith("2.4.") or version == "2.4":
         return _read_24(path, version)
-    raise RecorderTraceError(
+    raise SourceError(
         f"{path}: Recorder version {version} is not supported (readable: 2.4, 2.5, 3.0)"
     )
 
@@ -178,26 +175,24 @@ def _read_version(path: Path) -> str:
     version_file = path / "VERSION"
     if not version_file.is_file():
         if (path / "recorder.dat").exists():
-            raise RecorderTraceError(
+            raise SourceError(
                 f"{path}: single-file 'recorder.dat' trace (Recorder after 3.0) is not supported"
             )
         if list(path.glob("*.itf")):
-            raise RecorderTraceError(
-                f"{path}: '.itf' trace of Recorder 2.2 or older is not supported"
-            )
+            raise SourceError(f"{path}: '.itf' trace of Recorder 2.2 or older is not supported")
         if (path / "recorder.mt").is_file():
-            raise RecorderTraceError(
+            raise SourceError(
                 f"{path}: no VERSION file (multi-file layout of Recorder after 3.0?); not supported"
             )
-        raise RecorderTraceError(f"{path}: no VERSION file, not a Recorder trace directory")
+        raise SourceError(f"{path}: no VERSION file, not a Recorder trace directory")
     raw = version_file.read_bytes()[:64].strip(b"\0 \n\r\t")
     try:
         version = raw.decode("ascii")
     except UnicodeDecodeError:
-        raise RecorderTraceError(f"{version_file}: VERSION is not text: {raw!r}") from None
+        raise SourceError(f"{version_file}: VERSION is not text: {raw!r}") from None
     parts = version.split(".")
     if not 2 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
-        raise RecorderTraceError(f"{version_file}: unrecognised version string {version!r}")
+        raise SourceError(f"{version_file}: unrecognised version string {version!r}")
     return version
 
 
@@ -224,7 +219,7 @@ def _read_25_30(path: Path, version: str) -> RecorderTrace:
             try:
                 rank_sigs = _parse_cst(_read_blocks(cst_path, 1)[0], cst_path, func_id_size, meta)
                 grammars[rank] = _parse_cfg(_read_blocks(cfg_path, 1)[0], cfg_path)
-            except RecorderTraceError as exc:
+            except SourceError as exc:
                 errors.append(str(exc))
                 continue
             grammars[rank] = _merge_rank_table(signatures, rank_sigs, grammars[rank])
@@ -245,7 +240,7 @@ def _read_metadata_25_30(path: Path, version: str, layout: str) -> TraceMetadata
     data = _read_file(mt_path)
     fmt = _MT_30 if layout == "3.0" else _MT_25
     if len(data) < _MT_NAMES_OFFSET_25_30:
-        raise RecorderTraceError(f"{mt_path}: truncated ({len(data)} bytes, header needs 1024)")
+        raise SourceError(f"{mt_path}: truncated ({len(data)} bytes, header needs 1024)")
     fields = fmt.unpack_from(data, 0)
     total_ranks, flags = fields[0], fields[1:-7]
     start_ts, resolution, _buffer, ts_comp, ipc, _inter_pat, _intra_pat = fields[-7:]
@@ -273,13 +268,13 @@ def _interprocess_grammars(path: Path, nprocs: int, errors: list[str]) -> dict[i
     ug_mt = path / "ug.mt"
     data = _read_file(ug_mt)
     if len(data) < 4 * (nprocs + 1):
-        raise RecorderTraceError(
+        raise SourceError(
             f"{ug_mt}: truncated ({len(data)} bytes for {nprocs} ranks, need {4 * (nprocs + 1)})"
         )
     ids = struct.unpack_from(f"<{nprocs + 1}i", data)
     ug_ids, unique = ids[:nprocs], ids[nprocs]
     if not 0 < unique <= nprocs:
-        raise RecorderTraceError(f"{ug_mt}: {unique} unique grammars for {nprocs} ranks")
+        raise SourceError(f"{ug_mt}: {unique} unique grammars for {nprocs} ranks")
     cfg_path = path / "ug.cfg"
     blocks = _read_blocks(cfg_path, unique, errors)
     grammars: dict[int, _Grammar] = {}
@@ -293,7 +288,7 @@ def _interprocess_grammars(path: Path, nprocs: int, errors: list[str]) -> dict[i
             if ug < len(blocks):
                 try:
                     parsed[ug] = _parse_cfg(blocks[ug], cfg_path)
-                except RecorderTraceError as exc:
+                except SourceError as exc:
                     errors.append(f"{exc} (grammar {ug})")
         if parsed[ug] is None:
             errors.append(f"{cfg_path}: grammar {ug} of rank {rank} unreadable; rank skipped")
@@ -308,7 +303,7 @@ def _read_timestamps_25_30(
     """recorder.ts = u64 size per rank, then each rank's blob (zlib blocks or raw u32)."""
     try:
         data = _read_file(ts_path)
-    except RecorderTraceError as exc:
+    except SourceError as exc:
         errors.append(f"{exc}; no timestamps")
         return {}
     header = 8 * nprocs
@@ -327,7 +322,7 @@ def _read_timestamps_25_30(
             )
         try:
             out[rank] = _timestamp_words(blob, compressed, ts_path)
-        except RecorderTraceError as exc:
+        except SourceError as exc:
             errors.append(f"{exc} (rank {rank})")
     return out
 
@@ -347,10 +342,10 @@ def _read_24(path: Path, version: str) -> RecorderTrace:
     mt_path = path / "recorder.mt"
     data = _read_file(mt_path)
     if len(data) < _MT_NAMES_OFFSET_24:
-        raise RecorderTraceError(f"{mt_path}: truncated ({len(data)} bytes, header needs 40)")
+        raise SourceError(f"{mt_path}: truncated ({len(data)} bytes, header needs 40)")
     total_ranks, start_ts, resolution, _buffer, ts_algo, ipc = _MT_24.unpack_from(data, 0)
     if (path / "recorder.cst").exists() and not (path / "0.cst").exists():
-        raise RecorderTraceError(
+        raise SourceError(
             f"{path}: Recorder 2.4 trace with interprocess compression (recorder.cst) is not "
             "supported (no such trace was available to verify the layout)"
         )
@@ -378,13 +373,13 @@ def _read_24(path: Path, version: str) -> RecorderTrace:
         try:
             rank_sigs = _parse_cst(_read_file(cst_path), cst_path, 1, meta)
             grammar = _parse_cfg(_read_file(cfg_path), cfg_path)
-        except RecorderTraceError as exc:
+        except SourceError as exc:
             errors.append(f"{exc}; rank {rank} skipped")
             continue
         grammar = _merge_rank_table(signatures, rank_sigs, grammar)
         try:
             words = _timestamp_words(_read_file(ts_path), meta.ts_compression, ts_path)
-        except RecorderTraceError as exc:
+        except SourceError as exc:
             errors.append(str(exc))
             words = None
         trace = _decode_rank(rank, grammar, words, signatures, meta, path, errors)
@@ -415,20 +410,20 @@ def _present_ranks(path: Path, nprocs: int, errors: list[str]) -> list[int]:
 def _read_file(path: Path) -> bytes:
     problem = not_a_regular_file(path)
     if problem:
-        raise RecorderTraceError(problem)
+        raise SourceError(problem)
     try:
         return path.read_bytes()
     except OSError as exc:
-        raise RecorderTraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        raise SourceError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
 
 def _checked_metadata(mt_path: Path, meta: TraceMetadata) -> TraceMetadata:
     if not 0 < meta.total_ranks <= MAX_RANKS:
-        raise RecorderTraceError(f"{mt_path}: implausible rank count {meta.total_ranks}")
+        raise SourceError(f"{mt_path}: implausible rank count {meta.total_ranks}")
     if not (0 < meta.time_resolution < 1):
-        raise RecorderTraceError(f"{mt_path}: implausible time resolution {meta.time_resolution}")
+        raise SourceError(f"{mt_path}: implausible time resolution {meta.time_resolution}")
     if not (0 <= meta.start_ts < 1e11):
-        raise RecorderTraceError(f"{mt_path}: implausible start time {meta.start_ts}")
+        raise SourceError(f"{mt_path}: implausible start time {meta.start_ts}")
     return meta
 
 
@@ -437,7 +432,7 @@ def _function_names(data: bytes, mt_path: Path) -> tuple[str, ...]:
     if names and names[-1] == "":
         names.pop()
     if not names:
-        raise RecorderTraceError(f"{mt_path}: no function names")
+        raise SourceError(f"{mt_path}: no function names")
     return tuple(names)
 
 
@@ -446,27 +441,25 @@ def _iter_blocks(data: bytes, path: Path) -> Iterator[bytes]:
     offset = 0
     while offset < len(data):
         if len(data) - offset < _BLOCK_HEADER.size:
-            raise RecorderTraceError(f"{path}: truncated zlib block header at byte {offset}")
+            raise SourceError(f"{path}: truncated zlib block header at byte {offset}")
         csize, dsize = _BLOCK_HEADER.unpack_from(data, offset)
         start = offset + _BLOCK_HEADER.size
         if csize > len(data) - start:
-            raise RecorderTraceError(
+            raise SourceError(
                 f"{path}: zlib block at byte {offset} claims {csize} bytes, "
                 f"{len(data) - start} left (truncated)"
             )
         if dsize > 1100 * csize + 1024:  # deflate cannot expand more than ~1032:1
-            raise RecorderTraceError(
+            raise SourceError(
                 f"{path}: zlib block at byte {offset} claims {dsize} bytes from {csize}"
             )
         try:
             decomp = zlib.decompressobj()
             payload = decomp.decompress(data[start : start + csize], dsize or 1)
         except zlib.error as exc:
-            raise RecorderTraceError(
-                f"{path}: corrupt zlib block at byte {offset}: {exc}"
-            ) from None
+            raise SourceError(f"{path}: corrupt zlib block at byte {offset}: {exc}") from None
         if len(payload) != dsize:
-            raise RecorderTraceError(
+            raise SourceError(
                 f"{path}: zlib block at byte {offset} gives {len(payload)} bytes, "
                 f"header says {dsize}"
             )
@@ -483,12 +476,12 @@ def _read_blocks(path: Path, expected: int, errors: list[str] | None = None) -> 
             blocks.append(block)
             if len(blocks) == expected:
                 break
-    except RecorderTraceError as exc:
+    except SourceError as exc:
         if errors is None:
             raise
         errors.append(str(exc))
     if errors is None and len(blocks) < expected:
-        raise RecorderTraceError(f"{path}: empty, no zlib block")
+        raise SourceError(f"{path}: empty, no zlib block")
     return blocks
 
 
@@ -497,7 +490,7 @@ def _parse_cst(
 ) -> dict[int, CallSignature]:
     """Call-signature table: int count, then (terminal, rank, key_len, u32 count, key)."""
     if len(payload) < 4:
-        raise RecorderTraceError(f"{path}: call-signature table truncated (no entry count)")
+        raise SourceError(f"{path}: call-signature table truncated (no entry count)")
     (entries,) = struct.unpack_from("<i", payload)
     names = meta.function_names
     func_fmt = "<i" if func_id_size == 4 else "<B"
@@ -506,7 +499,7 @@ def _parse_cst(
     offset = 4
     for index in range(max(entries, 0)):
         if len(payload) - offset < 16:
-            raise RecorderTraceError(
+            raise SourceError(
                 f"{path}: call-signature table truncated at entry {index} of {entries}"
             )
         terminal, _rank, key_len, _count = struct.unpack_from("<iiiI", payload, offset)
@@ -514,14 +507,12 @@ def _parse_cst(
         key = payload[offset : offset + key_len]
         offset += key_len
         if key_len < fixed or len(key) != key_len:
-            raise RecorderTraceError(
-                f"{path}: call signature {index} has a bad key length {key_len}"
-            )
+            raise SourceError(f"{path}: call signature {index} has a bad key length {key_len}")
         (thread_id,) = struct.unpack_from("<Q", key)
         (func_id,) = struct.unpack_from(func_fmt, key, 8)
         depth, arg_count, args_len = struct.unpack_from("<BBi", key, 8 + func_id_size)
         if not 0 <= func_id < len(names):
-            raise RecorderTraceError(
+            raise SourceError(
                 f"{path}: call signature {index} has function id {func_id} "
                 f"outside the {len(names)} names of recorder.mt"
             )
@@ -573,28 +564,28 @@ def _parse_cfg(payload: bytes, path: Path) -> _Grammar:
     """Sequitur grammar: n_rules, then per rule (id, n_symbols, (value, exponent) * n)."""
     words = np.frombuffer(payload, dtype="<i4", count=len(payload) // 4)
     if len(words) < 1:
-        raise RecorderTraceError(f"{path}: grammar truncated (no rule count)")
+        raise SourceError(f"{path}: grammar truncated (no rule count)")
     n_rules = int(words[0])
     rules: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     pos = 1
     for index in range(max(n_rules, 0)):
         if pos + 2 > len(words):
-            raise RecorderTraceError(f"{path}: grammar truncated at rule {index} of {n_rules}")
+            raise SourceError(f"{path}: grammar truncated at rule {index} of {n_rules}")
         rule_id, n_symbols = int(words[pos]), int(words[pos + 1])
         pos += 2
         end = pos + 2 * n_symbols
         if n_symbols < 0 or end > len(words):
-            raise RecorderTraceError(
+            raise SourceError(
                 f"{path}: grammar rule {rule_id} claims {n_symbols} symbols (truncated)"
             )
         pairs = words[pos:end].astype(np.int64)
         pos = end
         values, exponents = pairs[0::2], pairs[1::2]
         if (exponents < 0).any():
-            raise RecorderTraceError(f"{path}: grammar rule {rule_id} has a negative repeat")
+            raise SourceError(f"{path}: grammar rule {rule_id} has a negative repeat")
         rules[rule_id] = (values, exponents)
     if -1 not in rules:
-        raise RecorderTraceError(f"{path}: grammar has no start rule (-1)")
+        raise SourceError(f"{path}: grammar has no start rule (-1)")
     return _Grammar(rules, path)
 
 
@@ -619,20 +610,16 @@ def _rule_lengths(grammar: _Grammar) -> dict[int, int]:
             stack.pop()
             continue
         if rule_id not in grammar.rules:
-            raise RecorderTraceError(f"{grammar.source}: grammar refers to missing rule {rule_id}")
+            raise SourceError(f"{grammar.source}: grammar refers to missing rule {rule_id}")
         values, exponents = grammar.rules[rule_id]
         pending = [int(v) for v in np.unique(values[values < 0]) if int(v) not in lengths]
         if pending:
             if rule_id in visiting:
-                raise RecorderTraceError(
-                    f"{grammar.source}: grammar rule {rule_id} refers to itself"
-                )
+                raise SourceError(f"{grammar.source}: grammar rule {rule_id} refers to itself")
             visiting.add(rule_id)
             for child in pending:
                 if child in visiting:
-                    raise RecorderTraceError(
-                        f"{grammar.source}: grammar rules form a cycle at {child}"
-                    )
+                    raise SourceError(f"{grammar.source}: grammar rules form a cycle at {child}")
                 stack.append(child)
             continue
         visiting.discard(rule_id)
@@ -644,7 +631,7 @@ def _rule_lengths(grammar: _Grammar) -> dict[int, int]:
         ):
             total += lengths[value] * exponent
             if total > MAX_RECORDS_PER_RANK:
-                raise RecorderTraceError(
+                raise SourceError(
                     f"{grammar.source}: grammar expands to more than {MAX_RECORDS_PER_RANK:,} calls"
                 )
         lengths[rule_id] = total
@@ -685,7 +672,7 @@ def _decode_rank(
 ) -> RankTrace | None:
     try:
         terminals = _expand(grammar)
-    except RecorderTraceError as exc:
+    except SourceError as exc:
         errors.append(f"{exc}; rank {rank} skipped")
         return None
     if len(terminals):

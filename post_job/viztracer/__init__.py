@@ -14,6 +14,7 @@ from pathlib import Path
 from post_job.files import input_labels, replaced_atomically, unexpected_error
 from post_job.model import JobContext, SourceOutput
 from post_job.options import option
+from post_job.problems import Problems, SourceError
 from post_job.viztracer.cleaning import (
     CleanedViztracerData,
     CleaningOptions,
@@ -29,7 +30,7 @@ from post_job.viztracer.points import (
     summary_point,
     trace_time_ns,
 )
-from post_job.viztracer.reader import TraceReadError, ViztracerTrace, read_trace
+from post_job.viztracer.reader import ViztracerTrace, read_trace
 
 __all__ = [
     "CleanedViztracerData",
@@ -64,7 +65,9 @@ def collect_viztracer(
     functions: dict[str, FunctionStats] = {}
     latest_ns: int | None = None
     for path, label, out_path in zip(paths, labels, out_paths, strict=True):
-        summary = _clean_one(path, options, out_path, output.errors)
+        problems = Problems(path)
+        summary = _clean_one(path, options, out_path, problems)
+        output.errors.extend(problems)
         if summary is None:
             continue
         time_ns = trace_time_ns(summary.trace)
@@ -110,19 +113,19 @@ def _cyclic_gc_paused() -> Iterator[None]:
 def read_and_clean(
     path: Path, options: CleaningOptions | None = None
 ) -> tuple[ViztracerTrace, CleaningResult]:
-    """Read and clean one trace (raises TraceReadError when nothing could be read)."""
+    """Read and clean one trace (raises SourceError when nothing could be read)."""
     with _cyclic_gc_paused():
         trace = read_trace(path)
         return trace, clean_trace(trace, options)
 
 
 def _clean_one(
-    path: Path, options: CleaningOptions | None, out_path: Path | None, errors: list[str]
+    path: Path, options: CleaningOptions | None, out_path: Path | None, errors: Problems
 ) -> TraceSummary | None:
     try:
         trace, result = read_and_clean(path, options)
         text = result.data.to_json()
-    except TraceReadError as exc:
+    except SourceError as exc:
         errors.append(str(exc))
         return None
     except Exception as exc:  # a bug here must not cost the job its other sources
@@ -140,7 +143,7 @@ def _clean_one(
     return TraceSummary(trace, result, len(encoded))
 
 
-def _write_atomically(path: Path, data: bytes, errors: list[str]) -> None:
+def _write_atomically(path: Path, data: bytes, errors: Problems) -> None:
     try:
         with replaced_atomically(path, binary=True) as handle:
             handle.write(data)

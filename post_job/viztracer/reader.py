@@ -21,18 +21,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from post_job.files import InputError, read_input
+from post_job.files import read_input
+from post_job.problems import Problems, SourceError
 
 # Timestamps and durations beyond ~31 years in microseconds are garbage, not data.
 MAX_MICROSECONDS = 1e15
-MAX_REASONS = 10  # error lines about malformed events, per file
 
 Call = tuple[float, float, str]  # (start in us, MINUS the duration in us, name)
 ThreadKey = tuple[object, object]  # (pid, tid): forked processes reuse their parent's tid
-
-
-class TraceReadError(ValueError):
-    """The file could not be read at all (message names the file and the problem)."""
 
 
 @dataclass(slots=True)
@@ -105,23 +101,20 @@ class ViztracerTrace:
 
 
 def read_trace(path: str | Path) -> ViztracerTrace:
-    """Read one trace; raises TraceReadError only when nothing at all could be read."""
+    """Read one trace; raises SourceError only when nothing at all could be read."""
     path = Path(path)
     errors: list[str] = []
-    try:
-        raw, file_bytes = read_input(path, errors)
-    except InputError as exc:
-        raise TraceReadError(str(exc)) from exc
+    raw, file_bytes = read_input(path, errors)
     document = _parse_json(raw, path, errors)
     json_bytes = len(raw)
     del raw
     if isinstance(document, list):  # Chrome also accepts a bare array of events
         document = {"traceEvents": document}
     if not isinstance(document, dict):
-        raise TraceReadError(f"{path}: not a trace: top level is {type(document).__name__}")
+        raise SourceError(f"{path}: not a trace: top level is {type(document).__name__}")
     events = document.get("traceEvents")
     if not isinstance(events, list):
-        raise TraceReadError(f"{path}: not a trace: no traceEvents array")
+        raise SourceError(f"{path}: not a trace: no traceEvents array")
     metadata = document.get("viztracer_metadata")
     if not isinstance(metadata, dict):
         metadata = {}
@@ -153,11 +146,11 @@ def _parse_json(raw: bytes, path: Path, errors: list[str]) -> object:
     try:
         return json.loads(raw)
     except UnicodeDecodeError as exc:
-        raise TraceReadError(f"{path}: not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
+        raise SourceError(f"{path}: not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
     except json.JSONDecodeError as exc:
         salvaged = _salvage_events(raw.decode("utf-8", "replace"))
         if salvaged is None:
-            raise TraceReadError(
+            raise SourceError(
                 f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
             ) from exc
         errors.append(
@@ -247,15 +240,12 @@ def _collect_events(events: list, trace: ViztracerTrace) -> None:
         trace.phase_counts["X"] += complete
     for key, pairs in begin_end.items():
         _pair_begin_end(key, pairs, trace)
-    reasons = malformed.most_common()
-    for reason, count in reasons[:MAX_REASONS]:
-        trace.errors.append(f"{trace.path}: skipped {count:,} malformed event(s): {reason}")
-    if len(reasons) > MAX_REASONS:
-        rest = sum(count for _, count in reasons[MAX_REASONS:])
-        trace.errors.append(
-            f"{trace.path}: skipped {rest:,} more malformed event(s) of "
-            f"{len(reasons) - MAX_REASONS:,} other kinds"
-        )
+    reasons = Problems(
+        trace.path, more="skipped {weight:,} more malformed event(s) of {count:,} other kinds"
+    )
+    for reason, count in malformed.most_common():
+        reasons.append(f"{trace.path}: skipped {count:,} malformed event(s): {reason}", count)
+    trace.errors.extend(reasons)
 
 
 def _other_event(
