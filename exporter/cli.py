@@ -49,6 +49,8 @@ def build_parser(collectors: dict[str, type[Collector]]) -> argparse.ArgumentPar
         prog="hpcmon-exporter",
         usage="%(prog)s [flags]  (--help lists them)",  # one line before a flag error
         description="Prometheus exporter: Lustre jobstats, GEOPM/RAPL power, jobs on the node.",
+        epilog="hpcmon-exporter --print-series-budget --help: series and Prometheus memory of a "
+        "site's shape, instead of running.",
     )
     add_flag(
         parser,
@@ -137,6 +139,12 @@ LANDING_PAGE = """<!DOCTYPE html>
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--print-series-budget" in argv:
+        from exporter import budget
+
+        argv.remove("--print-series-budget")
+        return budget.main(argv)
     collectors = available_collectors()
     parser = build_parser(collectors)
     options = parser.parse_args(argv)

@@ -34,6 +34,7 @@ from exporter.collector import (
     seconds_flag,
 )
 from exporter.exposition import KEEP_RAW_BYTES, Compressed, render_families
+from exporter.jobstats.limits import TopJobs, job_series
 from exporter.jobstats.parser import BYTE_OPERATIONS, U64_MAX, JobEntry, Target, iter_text
 from exporter.jobstats.rates import RateTracker
 from exporter.jobstats.render import LabelCache, Layouts, TargetBlock, pack_target, render_blocks
@@ -156,12 +157,15 @@ def _activity(entry: JobEntry) -> int:
 
 
 def series_per_job(
-    entry: JobEntry, rates: frozenset[str], operations: frozenset[str] | None
+    entry: JobEntry,
+    rates: frozenset[str],
+    operations: frozenset[str] | None,
+    deny: frozenset[str] = frozenset(),
 ) -> int:
     """How many per-job series this entry gives (to count what a limit drops)."""
     count = 0
     for name, op in entry.ops.items():
-        if operations is not None and name not in operations:
+        if (operations is not None and name not in operations) or name in deny:
             continue
         if name in BYTE_OPERATIONS:
             count += 4 + (name in rates)
@@ -176,6 +180,14 @@ class Settings:
     rates: frozenset[str]  # a subset of RATE_KINDS
     operations: frozenset[str] | None
     max_jobs: int
+    deny: frozenset[str] = frozenset()
+    top_jobs: int = 0
+    aggregate: str = "target"  # or "server"
+    max_series: int = 0
+
+    @property
+    def filters_operations(self) -> bool:
+        return self.operations is not None or bool(self.deny)
 
 
 class JobstatsCollector(Collector):
@@ -256,6 +268,39 @@ class JobstatsCollector(Collector):
         )
         add_flag(
             parser,
+            "--jobstats.operations-deny",
+            type=_operations,
+            default=None,
+            help="comma-separated denylist of operations, applied after the allowlist, e.g. "
+            "statfs,get_info,set_info,quotactl (default none)",
+        )
+        add_flag(
+            parser,
+            "--jobstats.top-jobs",
+            type=count_flag,
+            default=0,
+            help="per target, keep the series of the N jobs that moved the most bytes plus "
+            'operations since the previous sample and sum all others into jobid="other"; '
+            "0 = every job",
+        )
+        add_flag(
+            parser,
+            "--jobstats.aggregate",
+            choices=["target", "server"],
+            default="target",
+            help="target: per-job series per MDT/OST; server: per job summed over this "
+            "server's targets of each component, without the target label",
+        )
+        add_flag(
+            parser,
+            "--jobstats.max-series",
+            type=count_flag,
+            default=0,
+            help="at most this many per-job series per sample (whole jobs, most active first); "
+            "what is cut shows in lustre_jobstats_series_cut; 0 = no cap",
+        )
+        add_flag(
+            parser,
             "--jobstats.max-jobs",
             type=count_flag,
             default=0,
@@ -279,10 +324,17 @@ class JobstatsCollector(Collector):
             options.jobstats_rates,
             options.jobstats_operations,
             options.jobstats_max_jobs,
+            options.jobstats_operations_deny or frozenset(),
+            options.jobstats_top_jobs,
+            options.jobstats_aggregate,
+            options.jobstats_max_series,
         )
         self.labels = LabelCache(JobIdPattern(options.jobstats_jobid_pattern))
-        self.layouts = Layouts(self.labels, self.settings.operations)
+        self.layouts = Layouts(self.labels, self.settings.operations, self.settings.deny)
         self.tracker = RateTracker()
+        self.top_jobs = TopJobs(self.settings.top_jobs) if self.settings.top_jobs else None
+        self._series_left = 0  # --jobstats.max-series: what the sample in progress may add
+        self._series_cut = 0
         self._failures: dict[tuple[str, str], int] = defaultdict(int)  # (source, reason)
         if isinstance(self.source, LctlSource):  # from 0, so the first failure is an increase
             for reason in ("start", "exit", "timeout", "output_limit"):
@@ -399,6 +451,9 @@ class JobstatsCollector(Collector):
             labels=["component", "target"],
         )
         blocks: list[TargetBlock] = []
+        by_component: dict[str, list[list[JobEntry]]] = {}  # --jobstats.aggregate=server
+        self._series_left = self.settings.max_series
+        self._series_cut = 0
         present: list[TargetKey] = []
         read_from: dict[str, list[TargetKey]] = {}  # origin -> its targets in this sample
         failed: list[str] = []  # sources not read: their targets keep their history
@@ -431,7 +486,12 @@ class JobstatsCollector(Collector):
                 read_here.append(key)
                 up.add_metric([*key, origin], 1)
                 jobs_gauge.add_metric(list(key), len(target.jobs))
-                blocks.append(self._pack(target, wall_clock))
+                if self.settings.aggregate == "server":
+                    by_component.setdefault(key[0], []).append(merge_duplicates(target.jobs))
+                    target.jobs = []
+                else:
+                    blocks.append(self._pack(key, target.jobs, wall_clock))
+                    target.jobs = []
             del text
             for message in errors:
                 self._warn(message)
@@ -445,12 +505,26 @@ class JobstatsCollector(Collector):
             self._known[origin] = keys
             if not keys:
                 up.add_metric(["", "", origin], 0)
-        kept = present + unread
+        for component, lists in sorted(by_component.items()):
+            jobs = merge_duplicates([entry for entries in lists for entry in entries])
+            blocks.append(self._pack((component, ""), jobs, wall_clock))
+        kept = present + unread + [(component, "") for component in by_component]
         self.tracker.forget_except(kept)
         self.labels.forget_except(kept)
+        if self.top_jobs is not None:
+            self.top_jobs.forget_except(kept)
         render_blocks(blocks, buffer, self.settings.rates)
         del blocks
-        buffer.write(render_families([up, jobs_gauge, *self._health_families()]))
+        families = [up, jobs_gauge, *self._health_families()]
+        if self.settings.max_series:
+            families.append(
+                GaugeMetricFamily(
+                    "lustre_jobstats_series_cut",
+                    "Per-job series left out of the last sample by --jobstats.max-series.",
+                    value=self._series_cut,
+                )
+            )
+        buffer.write(render_families(families))
 
     def _warn(self, message: str) -> None:
         """Log a problem once at WARNING (the same record is seen at every sample)."""
@@ -461,17 +535,15 @@ class JobstatsCollector(Collector):
         for message in target.errors:
             self._warn(message)
 
-    def _pack(self, target: Target, wall_clock: float) -> TargetBlock:
+    def _pack(self, key: TargetKey, jobs: list[JobEntry], wall_clock: float) -> TargetBlock:
         """Merge, rates, limits, then the packed form the exposition is written from."""
-        key = (target.component, target.target)
-        jobs = merge_duplicates(target.jobs)
-        target.jobs = []
+        jobs = merge_duplicates(jobs)
         rates = self.tracker.update(key, jobs, wall_clock) if self.settings.rates else None
-        operations = self.settings.operations
-        if operations is not None:
+        operations, deny = self.settings.operations, self.settings.deny
+        if self.settings.filters_operations:
             filtered = sum(
                 series_per_job(entry, self.settings.rates, None)
-                - series_per_job(entry, self.settings.rates, operations)
+                - series_per_job(entry, self.settings.rates, operations, deny)
                 for entry in jobs
             )
             if filtered:
@@ -481,13 +553,39 @@ class JobstatsCollector(Collector):
             kept = heapq.nlargest(limit, jobs, key=_activity)
             kept_ids = {entry.jobid for entry in kept}
             self._dropped[(*key, "max_jobs")] += sum(
-                series_per_job(entry, self.settings.rates, operations)
+                series_per_job(entry, self.settings.rates, operations, deny)
                 for entry in jobs
                 if entry.jobid not in kept_ids
             )
             jobs = [entry for entry in jobs if entry.jobid in kept_ids]
+        if self.top_jobs is not None:
+            jobs, rates = self.top_jobs.fold(key, jobs, rates)
+        if self.settings.max_series:
+            jobs = self._cap_series(key, jobs, rates)
         labels = self.labels.for_target(key, [entry.jobid for entry in jobs])
         return pack_target(jobs, labels, self.layouts, rates)
+
+    def _cap_series(
+        self, key: TargetKey, jobs: list[JobEntry], rates: dict | None
+    ) -> list[JobEntry]:
+        """``--jobstats.max-series``: whole jobs, most active first, while the sample's
+        per-job series stay within the cap; the rest counted (reason ``max_series``)."""
+        kept, cut = [], 0
+        for entry in sorted(jobs, key=lambda entry: (-_activity(entry), entry.jobid)):
+            series = job_series(
+                self.layouts.of(entry), rates is not None and entry.jobid in rates,
+                self.settings.rates,
+            )  # fmt: skip
+            if series <= self._series_left:
+                self._series_left -= series
+                kept.append(entry)
+            else:
+                self._series_left = 0  # jobs are cut by activity, never a smaller one after
+                cut += series
+        if cut:
+            self._dropped[(*key, "max_series")] += cut
+            self._series_cut += cut
+        return kept
 
     def _health_families(self) -> list:
         errors = CounterMetricFamily(
@@ -508,9 +606,9 @@ class JobstatsCollector(Collector):
             failures.add_metric([source, reason], count)
         dropped = CounterMetricFamily(
             "lustre_jobstats_dropped_series",
-            "Per-job series left out by --jobstats.max-jobs "
-            "(reason=max_jobs) or --jobstats.operations "
-            "(reason=operations).",
+            "Per-job series left out by --jobstats.max-jobs (reason=max_jobs), "
+            "--jobstats.operations or --jobstats.operations-deny (reason=operations), "
+            "or --jobstats.max-series (reason=max_series).",
             labels=["component", "target", "reason"],
         )
         for (component, target, reason), count in sorted(self._dropped.items()):

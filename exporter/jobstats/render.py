@@ -141,6 +141,8 @@ class Layout:
     stats: str | None
     latency: str | None
     rates: str | None
+    stats_count: int  # series of the per-operation families (stats, operation rates)
+    latency_count: int
 
 
 def _template(metric: str, tails: Sequence[tuple[int, str]]) -> str | None:
@@ -154,15 +156,23 @@ def _template(metric: str, tails: Sequence[tuple[int, str]]) -> str | None:
 
 
 class Layouts:
-    """One ``Layout`` per distinct (operation names, units), for the operations allowlist."""
+    """One ``Layout`` per distinct (operation names, units), for the operations allow and
+    deny lists (an operation is exported when the allowlist is empty or has it, and the
+    denylist has not)."""
 
-    def __init__(self, labels: LabelCache, operations: frozenset[str] | None = None) -> None:
+    def __init__(
+        self,
+        labels: LabelCache,
+        operations: frozenset[str] | None = None,
+        deny: frozenset[str] = frozenset(),
+    ) -> None:
         self.labels = labels
         self.operations = operations
+        self.deny = deny
         self._known: dict[tuple[tuple[str, ...], tuple[str, ...]], Layout] = {}
 
     def allowed(self, name: str) -> bool:
-        return self.operations is None or name in self.operations
+        return (self.operations is None or name in self.operations) and name not in self.deny
 
     def of(self, entry: JobEntry) -> Layout:
         names = tuple(entry.ops)
@@ -190,6 +200,8 @@ class Layouts:
             _template(STATS[0], tails),
             _template(LATENCY[0], latency),
             _template(OPS_RATE[0], tails),
+            len(tails),
+            len(latency),
         )
 
 
