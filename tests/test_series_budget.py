@@ -73,7 +73,9 @@ def test_budget_equals_measured_series(tmp_path, component: str, size: str, flag
         if component == "ost"
         else ["--site.mds=1", f"--site.mdts={mdts}"]
     )
-    found = budget(*shape, f"--site.jobs-per-target={jobs}", "--site.source=file", *FLAG_SETS[flags])
+    found = budget(
+        *shape, f"--site.jobs-per-target={jobs}", "--site.source=file", *FLAG_SETS[flags]
+    )
     assert found["oss_exporter" if component == "ost" else "mds_exporter"] == measured
     # The site adds what Prometheus records for each scrape (up, scrape_*: 5 series).
     assert found["site"] == measured + 5
