@@ -297,13 +297,7 @@ def build(config: Config) -> core.Dashboard:
                 PROMETHEUS,
                 "Job energy (shared nodes split equally)",
                 "kwatth",
-                [
-                    Query(
-                        f"sum_over_time(({promql.job_power(RATE, node_job)})[$__range:$__interval])"
-                        " * $__interval_ms / 3.6e9",
-                        instant=True,
-                    )
-                ],
+                [Query(promql.job_energy_kwh(RATE, node_job), instant=True)],
                 description=(
                     "kWh over the time range: each node's power divided by the number of jobs "
                     "on it, integrated at the panel's interval."

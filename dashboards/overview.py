@@ -361,8 +361,7 @@ def _energy_table(config: Config, job_filter: str, node: str):
         "Energy per job over the time range",
         "kwatth",
         Query(
-            f"topk({config.top_jobs}, sum_over_time(({promql.job_power(RATE, job_filter, node)})"
-            "[$__range:$__interval]) * $__interval_ms / 3.6e9)",
+            f"topk({config.top_jobs}, {promql.job_energy_kwh(RATE, job_filter, node)})",
             instant=True,
         ),
         description=(

@@ -70,6 +70,13 @@ def node_power(window: str, matchers: str = "", site_label: str = "") -> str:
     return node_energy("rate", window, matchers, site_label)
 
 
+def job_energy_kwh(window: str, job_matchers: str = "", node_matchers: str = "") -> str:
+    """kWh per job over the dashboard's range: job power (shared nodes split equally)
+    integrated at the panel's interval."""
+    power = job_power(window, job_matchers, node_matchers)
+    return f"sum_over_time(({power})[$__range:$__interval]) * $__interval_ms / 3.6e9"
+
+
 def job_power(
     window: str, job_matchers: str = "", node_matchers: str = "", site_label: str = ""
 ) -> str:

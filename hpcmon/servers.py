@@ -124,6 +124,16 @@ def _spawn(args: list[str], workdir: Path) -> tuple[subprocess.Popen, Path]:
     return proc, log_path
 
 
+@contextlib.contextmanager
+def _serving(server: Server, health_url: str, log_path: Path) -> Iterator[None]:
+    """Once the server answers its health URL, until the block ends; then it is stopped."""
+    try:
+        wait_http(health_url, server.proc, log_path)
+        yield
+    finally:
+        server.stop()
+
+
 # ---------------------------------------------------------------- Prometheus
 class PromQLServer(Server):
     """The Prometheus query API, which VictoriaMetrics serves too."""
@@ -183,11 +193,8 @@ def run_prometheus(
             workdir,
         )
         server = Prometheus("prometheus", f"http://127.0.0.1:{port}", port, workdir, proc)
-        try:
-            wait_http(f"{server.url}/-/ready", proc, log_path)
+        with _serving(server, f"{server.url}/-/ready", log_path):
             yield server
-        finally:
-            server.stop()
 
 
 # ---------------------------------------------------------------- InfluxDB 1.x
@@ -251,11 +258,8 @@ def run_influxdb1() -> Iterator[InfluxDB1]:
         config_path.write_text(INFLUXDB_CONF.format(workdir=workdir, port=port, rpc_port=rpc_port))
         proc, log_path = _spawn([binary, "run", "-config", str(config_path)], workdir)
         server = InfluxDB1("influxdb", f"http://127.0.0.1:{port}", port, workdir, proc, config_path)
-        try:
-            wait_http(f"{server.url}/ping", proc, log_path)
+        with _serving(server, f"{server.url}/ping", log_path):
             yield server
-        finally:
-            server.stop()
 
 
 # ---------------------------------------------------------------- VictoriaMetrics
@@ -305,11 +309,8 @@ def run_victoria_metrics() -> Iterator[VictoriaMetrics]:
         server = VictoriaMetrics(
             "victoria-metrics", f"http://127.0.0.1:{port}", port, workdir, proc, data_path
         )
-        try:
-            wait_http(f"{server.url}/health", proc, log_path)
+        with _serving(server, f"{server.url}/health", log_path):
             yield server
-        finally:
-            server.stop()
 
 
 # ---------------------------------------------------------------- vmagent, vmalert
@@ -352,11 +353,8 @@ def run_vmagent(
         ]
         proc, log_path = _spawn(args, workdir)
         server = VMAgent("vmagent", f"http://127.0.0.1:{port}", port, workdir, proc, args)
-        try:
-            wait_http(f"{server.url}/health", proc, log_path)
+        with _serving(server, f"{server.url}/health", log_path):
             yield server
-        finally:
-            server.stop()
 
 
 @dataclass
@@ -390,11 +388,8 @@ def run_vmalert(
         ]
         proc, log_path = _spawn(args, workdir)
         server = VMAlert("vmalert", f"http://127.0.0.1:{port}", port, workdir, proc)
-        try:
-            wait_http(f"{server.url}/health", proc, log_path)
+        with _serving(server, f"{server.url}/health", log_path):
             yield server
-        finally:
-            server.stop()
 
 
 # ---------------------------------------------------------------- hpcmon-exporter

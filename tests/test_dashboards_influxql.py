@@ -11,24 +11,14 @@ import pytest
 
 from dashboards import config as dashboards_config
 from dashboards import generate, lint
+from hpcmon.demo import POST_JOB_INPUTS
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = Path(__file__).parent / "data"
 JOB = "1728032"
 DATABASE = "hpcmon_dashboards"
-INPUTS = [
-    "--darshan",
-    str(DATA / "darshan/logs/mpi-io-test-x86_64-3.5.0.darshan"),
-    str(DATA / "darshan/logs/e3sm_io_heatmap_only.darshan"),
-    "--recorder",
-    str(DATA / "recorder/v3.0.0/tiny_mpi_np2_ipc"),
-    "--viztracer",
-    str(DATA / "viztracer/threaded.json"),
-    "--geopm-report",
-    str(DATA / "geopm_report/geopm-1.1.0+dev429_nekbone_frequency_map_4hosts.report"),
-]
+INPUTS = POST_JOB_INPUTS  # the demo's finished job: two Darshan logs, Recorder, VizTracer, GEOPM
 
 
 @pytest.fixture(scope="module")
