@@ -104,7 +104,9 @@ class LabelCache:
             else:
                 fresh[jobid] = text
         if missing:  # the target's labels once, then only what differs per job
-            prefix = escape_label_sets(("component", "target"), [key])[0] + ","
+            # --jobstats.aggregate=server: no target, so no target label
+            names = ("component", "target") if key[1] else ("component",)
+            prefix = escape_label_sets(names, [key[: len(names)]])[0] + ","
             names = ("jobid", *self.pattern.names)
             rows = ((jobid, *self.pattern.labels(jobid)) for jobid in missing)
             fresh.update(
