@@ -45,7 +45,7 @@ SOURCE_ENTRIES: dict[str, tuple[str, str]] = {
     "darshan": ("post_job.darshan", "collect_darshan"),
     "recorder": ("post_job.recorder", "collect_recorder"),
     "viztracer": ("post_job.viztracer", "collect_viztracer"),
-    "geopm_report": ("post_job.geopm_report", "collect_geopm_reports"),
+    "geopm_report": ("post_job.geopm_report", "collect_geopm_report"),
 }
 
 

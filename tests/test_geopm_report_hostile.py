@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hpcmon.points import to_lines
-from post_job.geopm_report import collect_geopm_reports
-from post_job.geopm_report.parser import parse_report_file, parse_report_text
-from post_job.geopm_report.records import Report, SessionReport
+from post_job.geopm_report import collect_geopm_report
+from post_job.geopm_report.model import Report, SessionReport
+from post_job.geopm_report.reader import parse_report_file, parse_report_text
 from post_job.model import JobContext
 from post_job.problems import MAX_PROBLEMS_PER_INPUT
 
@@ -340,7 +340,7 @@ def test_too_many_problems_are_capped() -> None:
 
 
 def test_collect_never_raises_on_a_directory(tmp_path: Path) -> None:
-    output = collect_geopm_reports([tmp_path], JOB)
+    output = collect_geopm_report([tmp_path], JOB)
     assert output.points == []
     assert len(output.errors) == 1 and output.errors[0].startswith(str(tmp_path))
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hpcmon.points import Point, to_lines
-from post_job.geopm_report import collect_geopm_reports
+from post_job.geopm_report import collect_geopm_report
 from post_job.geopm_report.points import field_for_key
 from post_job.model import JobContext
 
@@ -24,7 +24,7 @@ JOB = JobContext(job_id="4242", cluster="mcfly")
 
 
 def collect(name: str) -> list[Point]:
-    output = collect_geopm_reports([DATA / name], JOB)
+    output = collect_geopm_report([DATA / name], JOB)
     assert output.errors == []
     return output.points
 
@@ -177,8 +177,8 @@ def test_fields_are_well_named_floats_and_tags_complete(path: Path) -> None:
 
 
 def test_reingest_writes_identical_points() -> None:
-    first = collect_geopm_reports(ALL_FIXTURES, JOB)
-    second = collect_geopm_reports(ALL_FIXTURES, JOB)
+    first = collect_geopm_report(ALL_FIXTURES, JOB)
+    second = collect_geopm_report(ALL_FIXTURES, JOB)
     assert to_lines(first.points) == to_lines(second.points)
 
 
@@ -188,7 +188,7 @@ def test_report_without_start_time_uses_file_time(tmp_path: Path) -> None:
     path.write_text(
         "\n".join(line for line in source.splitlines() if not line.startswith("Start Time"))
     )
-    output = collect_geopm_reports([path], JOB)
+    output = collect_geopm_report([path], JOB)
     assert any("no readable start time" in e and str(path) in e for e in output.errors)
     assert {p.time_ns for p in output.points} == {path.stat().st_mtime_ns}
 
@@ -199,7 +199,7 @@ def test_one_bad_file_does_not_cost_the_others(tmp_path: Path) -> None:
     missing = tmp_path / "missing.report"
     good = tmp_path / "good.yaml"
     shutil.copy(DATA / "geopm-2.0.0+dev39x_test_sleep_report.yaml", good)
-    output = collect_geopm_reports([bad, missing, good], JOB)
+    output = collect_geopm_report([bad, missing, good], JOB)
     assert len(output.errors) == 2
     assert str(bad) in output.errors[0] and "not a GEOPM report" in output.errors[0]
     assert str(missing) in output.errors[1] and "cannot read" in output.errors[1]
@@ -211,7 +211,7 @@ def test_one_bad_file_does_not_cost_the_others(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 def test_points_are_accepted_by_influxdb(influxdb1) -> None:
-    output = collect_geopm_reports(ALL_FIXTURES, JOB)
+    output = collect_geopm_report(ALL_FIXTURES, JOB)
     influxdb1.create_database("geopm")
     body = to_lines(output.points).encode()
     request = urllib.request.Request(f"{influxdb1.url}/write?db=geopm", data=body, method="POST")
@@ -246,7 +246,7 @@ def test_gzipped_report_gives_the_points_of_the_plain_report(tmp_path: Path) -> 
     plain = DATA / "geopm-2.0.0+dev39x_test_sleep_report.yaml"
     zipped = tmp_path / "report.yaml.gz"
     zipped.write_bytes(gzip.compress(plain.read_bytes()))
-    output = collect_geopm_reports([zipped], JOB)
+    output = collect_geopm_report([zipped], JOB)
     assert output.errors == []
     assert to_lines(output.points) == to_lines(collect(plain.name))
 
@@ -254,7 +254,7 @@ def test_gzipped_report_gives_the_points_of_the_plain_report(tmp_path: Path) -> 
 def test_corrupt_gzipped_report_is_named(tmp_path: Path) -> None:
     corrupt = tmp_path / "report.yaml.gz"
     corrupt.write_bytes(b"\x1f\x8b" + b"\x00" * 64)
-    output = collect_geopm_reports(
+    output = collect_geopm_report(
         [corrupt, DATA / "geopm-2.0.0+dev39x_test_sleep_report.yaml"], JOB
     )
     assert len(output.errors) == 1 and output.errors[0].startswith(f"{corrupt}: corrupt gzip data")
@@ -267,7 +267,7 @@ def test_session_documents_without_time_are_said_once_and_kept_apart(tmp_path: P
     documents = sum(1 for line in lines if line.startswith("host:"))
     path = tmp_path / "untimed.yaml"
     path.write_text("\n".join(ln for ln in lines if not ln.startswith("sample-time-first")) + "\n")
-    output = collect_geopm_reports([path], JOB)
+    output = collect_geopm_report([path], JOB)
     assert [e for e in output.errors if "no readable start time" in e] == [
         f"{path}: no readable start time; points use the file's modification time"
     ]

@@ -351,7 +351,7 @@ def test_source_returning_wrong_type_is_an_error(monkeypatch, tmp_path) -> None:
 def test_real_geopm_report_to_file_and_influxdb1(
     influxdb1: servers.InfluxDB1, tmp_path: Path
 ) -> None:
-    from post_job.geopm_report import collect_geopm_reports
+    from post_job.geopm_report import collect_geopm_report
 
     influxdb1.create_database("cli_geopm")
     output = tmp_path / "job.lp"
@@ -372,7 +372,7 @@ def test_real_geopm_report_to_file_and_influxdb1(
         ]
     )
     assert status == 0
-    expected: SourceOutput = collect_geopm_reports([GEOPM_REPORT], JobContext("31337", "c1"))
+    expected: SourceOutput = collect_geopm_report([GEOPM_REPORT], JobContext("31337", "c1"))
     assert output.read_text() == to_lines(expected.points)
     # read back: the application totals of host mcfly1, numbers read off the report file
     series = influxdb1.series(

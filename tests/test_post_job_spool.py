@@ -407,10 +407,10 @@ def test_hook_run_during_outage_then_flush_real_report(
     influxdb1: servers.InfluxDB1, tmp_path: Path
 ) -> None:
     """The whole command: a real GEOPM report while InfluxDB is down, then flush, then rerun."""
-    from post_job.geopm_report import collect_geopm_reports
+    from post_job.geopm_report import collect_geopm_report
 
     influxdb1.create_database("hook_outage")
-    expected = collect_geopm_reports([GEOPM_REPORT], JobContext("808")).points
+    expected = collect_geopm_report([GEOPM_REPORT], JobContext("808")).points
     per_measurement = Counter(point.measurement for point in expected)
     writers = ["--influx.v1-url", influxdb1.url, "--influx.database", "hook_outage",
                "--spool-dir", str(tmp_path), "--influx.batch-size", "1"]  # fmt: skip

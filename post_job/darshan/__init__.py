@@ -7,17 +7,12 @@ string naming the file and the problem, and the job's other logs are still proce
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
-from itertools import chain
+from collections.abc import Sequence
 from pathlib import Path
 
 from post_job.darshan.model import DarshanLog, JobInfo, header_problems
 from post_job.darshan.points import log_points
-from post_job.darshan.reader_pydarshan import (
-    read_darshan_log_isolated,
-    read_darshan_logs_isolated,
-)
-from post_job.darshan.reader_text import read_parser_text
+from post_job.darshan.reader import read_log, read_logs, read_text
 from post_job.darshan.signals import LogSignals, compute_signals
 from post_job.darshan.signals_text import write_signals
 from post_job.files import unexpected_error
@@ -26,23 +21,6 @@ from post_job.options import option
 from post_job.problems import Problems, SourceError
 
 __all__ = ["collect_darshan", "read_log", "read_text"]
-
-
-def read_log(path: Path) -> DarshanLog:
-    """A binary log (read in a child process: darshan-util can crash on corrupt logs)."""
-    return read_darshan_log_isolated(path)
-
-
-def read_text(path: Path) -> DarshanLog:
-    return read_parser_text(path)
-
-
-def _read_texts(paths: Sequence[Path]) -> Iterator[tuple[Path, DarshanLog | Exception]]:
-    for path in paths:
-        try:
-            yield path, read_parser_text(path)
-        except Exception as exc:  # SourceError, or a bug the loop below reports
-            yield path, exc
 
 
 _SUFFIXES = (".gz", ".txt", ".darshan")
@@ -84,9 +62,7 @@ def collect_darshan(
     computed: list[tuple[JobInfo, LogSignals]] = []
     logs, texts = [Path(p) for p in logs], [Path(p) for p in texts]
     labels = log_labels([*logs, *texts])
-    # binary logs are read by one child process for the whole job (see reader_pydarshan)
-    binary = read_darshan_logs_isolated(logs)
-    for path, outcome in chain(binary, _read_texts(texts)):
+    for path, outcome in read_logs(logs, texts):
         problems = Problems(path)
         tags = {**job.base_tags(), "log": labels[path]}
         converted = _log_points(path, outcome, tags, top_records, problems, output)

@@ -26,7 +26,7 @@ import re
 from functools import lru_cache
 
 from hpcmon.points import FieldValue, Point
-from post_job.geopm_report.records import Report, SessionReport, Value
+from post_job.geopm_report.model import Report, SessionReport, Value
 from post_job.model import JobContext
 
 # Unit as written in the key -> (name in the field, factor to that unit).

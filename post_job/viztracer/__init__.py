@@ -23,6 +23,7 @@ from post_job.viztracer.cleaning import (
     FunctionStats,
     clean_trace,
 )
+from post_job.viztracer.model import ViztracerTrace
 from post_job.viztracer.points import (
     TraceSummary,
     function_points,
@@ -30,7 +31,7 @@ from post_job.viztracer.points import (
     summary_point,
     trace_time_ns,
 )
-from post_job.viztracer.reader import ViztracerTrace, read_trace
+from post_job.viztracer.reader import read_trace
 
 __all__ = [
     "CleanedViztracerData",

@@ -13,7 +13,7 @@ from hpcmon.points import Point
 from post_job.files import file_time_ns
 from post_job.model import JobContext
 from post_job.viztracer.cleaning import CleaningResult, FunctionStats, total_time_error
-from post_job.viztracer.reader import ViztracerTrace
+from post_job.viztracer.model import ViztracerTrace
 
 US_PER_SECOND = 1_000_000
 

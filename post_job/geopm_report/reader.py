@@ -18,7 +18,7 @@ from pathlib import Path
 
 from hpcmon.timeutil import NS_PER_SECOND
 from post_job.files import read_input
-from post_job.geopm_report.records import (
+from post_job.geopm_report.model import (
     SCOPE_BY_SECTION,
     HostReport,
     ParseResult,
