@@ -12,7 +12,7 @@ from collections import Counter
 from hpcmon.points import Point
 from hpcmon.timeutil import seconds_to_ns
 from post_job.recorder.dataframe import RecorderDataFrame
-from post_job.recorder.reader import function_type
+from post_job.recorder.model import function_type
 
 
 def trace_points(
