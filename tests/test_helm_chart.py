@@ -249,7 +249,10 @@ def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
     return all(labels.get(key) == value for key, value in selector.items())
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize(
+    "case",
+    [c for c in CASES if chart().merge_values(case_values(c))["prometheus"]["monitor"]["enabled"]],
+)
 def test_servicemonitor_selects_every_service_and_port(case: str) -> None:
     objects = rendered(case)
     values = chart().merge_values(case_values(case))
@@ -310,8 +313,8 @@ def test_external_hosts_become_endpoints_of_a_selectorless_service(case: str) ->
         for s in slices:
             wanted = "IPv6" if ":" in s["endpoints"][0]["addresses"][0] else "IPv4"
             assert s["addressType"] == wanted
-        (monitor,) = of_kind(objects, "ServiceMonitor")
-        assert monitor["spec"]["serviceDiscoveryRole"] == "EndpointSlice"
+        for monitor in of_kind(objects, "ServiceMonitor"):  # none with sharded collection
+            assert monitor["spec"]["serviceDiscoveryRole"] == "EndpointSlice"
     else:
         (endpoints,) = of_kind(objects, "Endpoints")
         assert endpoints["metadata"]["name"] == service["metadata"]["name"]
@@ -557,6 +560,16 @@ BAD_VALUES = [
         id="cron-schedule",
     ),
     pytest.param(
+        {"shardedCollection": {"engine": "prometheus"}},
+        ["/shardedCollection/engine", "must be one of"],
+        id="collection-engine",
+    ),
+    pytest.param(
+        {"lustre": {"jobstats": {"aggregate": "filesystem"}}},
+        ["/lustre/jobstats/aggregate", "must be one of"],
+        id="jobstats-aggregate",
+    ),
+    pytest.param(
         {"exporter": {"logLevel": "verbose"}},
         ["/exporter/logLevel", "must be one of"],
         id="log-level",
@@ -575,6 +588,16 @@ def test_schema_rejects_bad_values_with_a_clear_message(bad: dict, message: list
 
 
 FAILS = [
+    pytest.param(
+        {"shardedCollection": {"enabled": True, "remoteWriteUrl": "http://vm:8428/api/v1/write"}},
+        "set prometheus.monitor.enabled=false",
+        id="shards-and-servicemonitor",
+    ),
+    pytest.param(
+        {"shardedCollection": {"enabled": True}, "prometheus": {"monitor": {"enabled": False}}},
+        "shardedCollection.remoteWriteUrl: set the remote write endpoint",
+        id="shards-without-store",
+    ),
     pytest.param(
         {
             "postJob": {
@@ -600,3 +623,159 @@ def test_missing_combinations_fail_with_a_clear_message(bad: dict, message: str)
     with pytest.raises(helm.HelmRenderError) as caught:
         chart().render(bad, name=RELEASE, namespace=NAMESPACE)
     assert message in str(caught.value)
+
+
+# --- sharded collection (issue 17) --------------------------------------------------------
+
+SHARDED = [c for c in CASES if (case_values(c) or {}).get("shardedCollection", {}).get("enabled")]
+
+
+def shard_configs(case: str) -> list[dict[str, Any]]:
+    maps = [
+        obj
+        for obj in of_kind(rendered(case), "ConfigMap")
+        if obj["metadata"]["labels"].get("app.kubernetes.io/component") == "collector"
+    ]
+    maps.sort(key=lambda obj: int(obj["metadata"]["labels"]["hpcmon/shard"]))
+    return [yaml.safe_load(obj["data"]["scrape.yml"]) for obj in maps]
+
+
+def test_sharded_collection_is_off_by_default() -> None:
+    assert not [
+        obj
+        for obj in rendered("default")
+        if obj["metadata"]["labels"].get("app.kubernetes.io/component") == "collector"
+    ]
+
+
+@pytest.mark.parametrize("case", SHARDED)
+def test_one_scraper_per_shard_with_its_queue_and_the_right_engine(case: str) -> None:
+    values = chart().merge_values(case_values(case))["shardedCollection"]
+    objects = rendered(case)
+    deployments = [
+        obj
+        for obj in of_kind(objects, "Deployment")
+        if obj["metadata"]["labels"]["app.kubernetes.io/component"] == "collector"
+    ]
+    assert len(deployments) == len(shard_configs(case)) == values["shards"]
+    claims = of_kind(objects, "PersistentVolumeClaim")
+    assert len(claims) == (values["shards"] if values["queue"]["size"] else 0)
+    for deployment in deployments:
+        spec = deployment["spec"]["template"]["spec"]
+        (container,) = spec["containers"]
+        args = container["args"]
+        if values["engine"] == "vmagent":
+            assert f"-remoteWrite.url={values['remoteWriteUrl']}" in args
+            assert "-remoteWrite.tmpDataPath=/queue" in args
+        else:
+            assert "--enable-feature=agent" in args and "--storage.agent.path=/queue" in args
+        (role,) = [r for r in of_kind(objects, "RoleBinding")]
+        assert role["subjects"][0]["name"] == spec["serviceAccountName"]
+
+
+@pytest.mark.parametrize("case", SHARDED)
+def test_shard_configs_pass_the_engines_own_checks(case: str, tmp_path: Path) -> None:
+    engine = chart().merge_values(case_values(case))["shardedCollection"]["engine"]
+    for number, config in enumerate(shard_configs(case)):
+        path = tmp_path / f"shard-{number}.yml"
+        path.write_text(yaml.safe_dump(config))
+        # vmagent checks the scrape part (Debian's promtool is built without
+        # kubernetes_sd_configs); promtool --agent checks the Prometheus agent's whole file
+        # with the discovery swapped for a static list.
+        checked = copy.deepcopy(config)
+        checked.pop("remote_write", None)  # a flag of vmagent, not a key
+        vm_path = tmp_path / f"vmagent-{number}.yml"
+        vm_path.write_text(yaml.safe_dump(checked))
+        commands = [["vmagent", f"-promscrape.config={vm_path}", "-promscrape.config.dryRun",
+                     "-promscrape.config.strictParse", "-loggerLevel=ERROR"]]  # fmt: skip
+        if engine == "prometheus-agent":
+            assert config["remote_write"][0]["url"].startswith("http")
+            static = copy.deepcopy(config)
+            job = static["scrape_configs"][0]
+            job["static_configs"] = [{"targets": ["192.0.2.1:19325"]}]
+            del job["kubernetes_sd_configs"]
+            path.write_text(yaml.safe_dump(static))
+            commands.append(["promtool", "check", "config", "--agent", str(path)])
+        for command in commands:
+            result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+            assert result.returncode == 0, result.stdout + result.stderr
+    broken = copy.deepcopy(shard_configs(case)[0])
+    broken["scrape_configs"][0]["relabel_configs"][3]["action"] = "hashmodulo"
+    path = tmp_path / "broken.yml"
+    path.write_text(yaml.safe_dump(broken))
+    assert (
+        subprocess.run(
+            [
+                "vmagent",
+                f"-promscrape.config={path}",
+                "-promscrape.config.dryRun",
+                "-loggerLevel=ERROR",
+            ],
+            capture_output=True,
+            timeout=60,
+        ).returncode
+        != 0
+    ), "the engine's check is not a rubber stamp"
+
+
+def discovered(address: str, job: str | None, release: str = RELEASE, port: str = "metrics"):
+    """What kubernetes_sd gives for one endpoint, as a static target with its meta labels."""
+    labels = {
+        "__meta_kubernetes_service_label_app_kubernetes_io_instance": release,
+        "__meta_kubernetes_service_label_app_kubernetes_io_name": "hpcmon",
+        "__meta_kubernetes_endpoint_port_name": port,
+        "__meta_kubernetes_endpointslice_port_name": port,
+    }
+    if job is not None:
+        labels["__meta_kubernetes_service_labelpresent_hpcmon_job"] = "true"
+        labels["__meta_kubernetes_service_label_hpcmon_job"] = job
+    return {"targets": [address], "labels": labels}
+
+
+def settled_targets(url: str, total: int, timeout: float = 30.0) -> list[dict[str, Any]]:
+    """Active targets once every static target is either active or dropped."""
+    import time
+
+    from hpcmon.servers import http_get
+
+    deadline = time.monotonic() + timeout
+    while True:
+        data = json.loads(http_get(f"{url}/api/v1/targets")[1])["data"]
+        if len(data["activeTargets"]) + len(data["droppedTargets"]) == total:
+            return data["activeTargets"]
+        assert time.monotonic() < deadline, f"targets never settled: {data}"
+        time.sleep(0.2)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("case", SHARDED)
+def test_hashmod_shards_scrape_every_exporter_exactly_once(case: str) -> None:
+    """Each shard's real scrape configuration, its discovery replaced by the same targets as
+    static ones, loaded into a real Prometheus: every exporter is active in exactly one shard,
+    with its job label; other releases, ports and Services without a job are dropped."""
+    from hpcmon.servers import run_prometheus
+
+    exporters = [f"192.0.2.{n}:19325" for n in range(1, 41)]
+    static = [discovered(a, "hpcmon-jobstats" if n % 2 else "hpcmon-compute")
+              for n, a in enumerate(exporters)]  # fmt: skip
+    static += [
+        discovered("198.51.100.1:19325", "hpcmon-jobstats", release="other"),
+        discovered("198.51.100.2:8429", None, port="http"),
+        discovered("198.51.100.3:19325", None),
+    ]
+    owners: dict[str, list[int]] = {}
+    for number, config in enumerate(shard_configs(case)):
+        (job,) = config["scrape_configs"]
+        del job["kubernetes_sd_configs"]
+        job["static_configs"] = static
+        with run_prometheus([job], scrape_interval="1h") as prometheus:
+            for target in settled_targets(prometheus.url, len(static)):
+                index = exporters.index(target["labels"]["instance"])
+                owners.setdefault(exporters[index], []).append(number)
+                wanted = "hpcmon-jobstats" if index % 2 else "hpcmon-compute"
+                assert target["labels"]["job"] == wanted
+    assert sorted(owners) == sorted(exporters)
+    assert all(len(shards) == 1 for shards in owners.values())
+    assert len({shards[0] for shards in owners.values()}) == len(shard_configs(case)), (
+        "a shard got nothing: the hashmod keeps are not one per shard"
+    )
