@@ -17,20 +17,12 @@ from pathlib import Path
 from typing import NoReturn
 
 from hpcmon.jobid import job_id_problem, user_name_problem
-from post_job.hook import (
-    PROG,
-    RunReport,
-    SourceRequest,
-    Watchdog,
-    WriterSettings,
-    configure_logging,
-    flush,
-    run_job,
-    sending_deadline,
-    stop_on_sigterm,
-)
+from post_job.delivery import WriterSettings, flush
+from post_job.hook import RunReport, run_job
+from post_job.lifetime import PROG, Watchdog, configure_logging, sending_deadline, stop_on_sigterm
 from post_job.model import JobContext
 from post_job.options import add_flag, option
+from post_job.sources import SourceRequest
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 # The only flags that go with --slurm-epilog (everything else comes from the config file).

@@ -25,18 +25,12 @@ from typing import Any
 
 from hpcmon.config import ConfigError, load_yaml_mapping
 from hpcmon.jobid import slurm_job_id, slurm_job_id_problem, user_name_problem
-from post_job.hook import (
-    RunReport,
-    SourceRequest,
-    Watchdog,
-    WriterSettings,
-    configure_logging,
-    run_job,
-    sending_deadline,
-    stop_on_sigterm,
-)
+from post_job.delivery import WriterSettings
+from post_job.hook import RunReport, run_job
+from post_job.lifetime import Watchdog, configure_logging, sending_deadline, stop_on_sigterm
 from post_job.model import JobContext
 from post_job.options import option, source_options
+from post_job.sources import SourceRequest
 from post_job.writers import Deadline, url_problem
 
 log = logging.getLogger("hpcmon.post_job.epilog")

@@ -345,7 +345,7 @@ def test_time_limit_ends_a_stuck_run(tmp_path: Path) -> None:
     )
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]);"
-        "import post_job.hook as h; h.SOURCE_ENTRIES['geopm_report'] = ('slow_source', "
+        "import post_job.sources as s; s.SOURCE_ENTRIES['geopm_report'] = ('slow_source', "
         "'collect'); from post_job.cli import main; raise SystemExit(main(sys.argv[2:]))"
     )
     env = slurm_env(PYTHONPATH=str(REPO))

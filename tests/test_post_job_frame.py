@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from hpcmon.points import Point, to_lines
-from post_job import hook
+from post_job import sources
 from post_job.cli import UsageError, build_parser, main, source_requests, writer_settings
+from post_job.lines import points_to_lines
 from post_job.model import JobContext, SourceOutput
 from tests import servers
 
@@ -22,7 +23,7 @@ GEOPM_REPORT = DATA / "geopm-2.0.0+dev39x_test_sleep_report.yaml"
 
 def geopm_available() -> bool:
     try:
-        hook.load_entry("geopm_report")
+        sources.load_entry("geopm_report")
     except ImportError:
         return False
     return True
@@ -62,7 +63,7 @@ def json_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Route --geopm-report to a JSON-reading source; returns a directory for its inputs."""
     monkeypatch.syspath_prepend(str(tmp_path))
     name = write_source_module(tmp_path, "frame_json_source", JSON_SOURCE)
-    monkeypatch.setitem(hook.SOURCE_ENTRIES, "geopm_report", (name, "collect"))
+    monkeypatch.setitem(sources.SOURCE_ENTRIES, "geopm_report", (name, "collect"))
     inputs = tmp_path / "inputs"
     inputs.mkdir()
     return inputs
@@ -243,7 +244,7 @@ def test_flags_match_the_source_contract() -> None:
     checked = 0
     for request in requests.values():
         try:
-            entry = hook.load_entry(request.name)
+            entry = sources.load_entry(request.name)
         except ImportError:
             continue  # that source is not written yet
         inspect.signature(entry).bind(*request.inputs, JobContext("1"), **request.options)
@@ -276,7 +277,7 @@ def test_missing_or_broken_source_costs_only_itself(
     json_source: Path, tmp_path: Path, monkeypatch, capsys
 ) -> None:
     (json_source / "ok.json").write_text('[{"m": "ok", "fields": {"v": 1}, "time": 5}]')
-    monkeypatch.setitem(hook.SOURCE_ENTRIES, "darshan", ("no_such_hpcmon_module", "collect"))
+    monkeypatch.setitem(sources.SOURCE_ENTRIES, "darshan", ("no_such_hpcmon_module", "collect"))
     write_source_module(
         tmp_path,
         "frame_raising_source",
@@ -285,7 +286,7 @@ def test_missing_or_broken_source_costs_only_itself(
             raise RuntimeError("boom")
     """,
     )
-    monkeypatch.setitem(hook.SOURCE_ENTRIES, "recorder", ("frame_raising_source", "collect"))
+    monkeypatch.setitem(sources.SOURCE_ENTRIES, "recorder", ("frame_raising_source", "collect"))
     status = main(
         [
             "--job-id",
@@ -314,7 +315,7 @@ def test_untimed_and_unencodable_points() -> None:
         Point("c", {"jobid": "1"}, {"v": float("nan")}, 4),  # nothing left: skipped
         Point("d", {"jobid": "1"}, {"v": 2}, 5),
     ]
-    lines, problems = hook.points_to_lines(points, run_time_ns=99)
+    lines, problems = points_to_lines(points, run_time_ns=99)
     assert lines == ["a,jobid=1 v=1i 99", "d,jobid=1 v=2i 5"]
     assert any("'b'" in p and "cannot encode" in p for p in problems)
     assert any("1 a point(s) had no timestamp" in p for p in problems)
@@ -322,7 +323,7 @@ def test_untimed_and_unencodable_points() -> None:
 
 def test_line_breaks_in_string_fields_are_escaped() -> None:
     point = Point("f", {"jobid": "1", "file": "a\nb"}, {"name": "x\r\ny", "n": 1}, 7)
-    [line], problems = hook.points_to_lines([point])
+    [line], problems = points_to_lines([point])
     assert problems == [] and "\n" not in line and "\r" not in line
     assert line == 'f,file=a\\nb,jobid=1 n=1i,name="x\\\\r\\\\ny" 7'
     assert point.fields["name"] == "x\r\ny"  # the source's point is left alone
@@ -338,8 +339,8 @@ def test_source_returning_wrong_type_is_an_error(monkeypatch, tmp_path) -> None:
             return [1, 2]
     """,
     )
-    monkeypatch.setitem(hook.SOURCE_ENTRIES, "geopm_report", ("frame_wrong_source", "collect"))
-    output = hook.collect([hook.SourceRequest("geopm_report", ([],))], JobContext("1"))
+    monkeypatch.setitem(sources.SOURCE_ENTRIES, "geopm_report", ("frame_wrong_source", "collect"))
+    output = sources.collect([sources.SourceRequest("geopm_report", ([],))], JobContext("1"))
     assert output.points == [] and output.errors == [
         "geopm_report: returned list, not SourceOutput"
     ]

@@ -225,7 +225,7 @@ def test_time_limit_waits_for_the_spooling_in_progress(tmp_path: Path) -> None:
     marker = tmp_path / "spool-finished"
     script = f"""
 import time
-from post_job.hook import GUARD, Watchdog, configure_logging
+from post_job.lifetime import GUARD, Watchdog, configure_logging
 configure_logging()
 with Watchdog(0.2, exit_code=1):
     with GUARD.spooling():

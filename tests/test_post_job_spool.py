@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hpcmon.points import Point, to_lines
 from post_job import spool as spool_module
 from post_job.cli import main
-from post_job.hook import WriterSettings, ship, ship_to_server
+from post_job.delivery import WriterSettings, ship, ship_to_server
 from post_job.model import JobContext
 from post_job.spool import (
     Spool,

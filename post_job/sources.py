@@ -1,0 +1,81 @@
+"""config -> sources: call each configured source's ``collect_<source>`` entry.
+
+Sources are imported lazily: a source package that is missing or broken costs only its own
+data, with a one-line error naming it, and the job's other sources are still collected.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from post_job.model import JobContext, SourceOutput
+
+log = logging.getLogger("hpcmon.post_job")
+
+# source name -> (module, entry function) of postjob-contract.md
+SOURCE_ENTRIES: dict[str, tuple[str, str]] = {
+    "darshan": ("post_job.darshan", "collect_darshan"),
+    "recorder": ("post_job.recorder", "collect_recorder"),
+    "viztracer": ("post_job.viztracer", "collect_viztracer"),
+    "geopm_report": ("post_job.geopm_report", "collect_geopm_report"),
+}
+
+
+@dataclass
+class SourceRequest:
+    """One source call: ``entry(*inputs, job, **options)``."""
+
+    name: str
+    inputs: tuple[Any, ...]
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def load_entry(name: str) -> Callable[..., SourceOutput]:
+    """The source's entry function; ImportError with a one-line reason when unavailable."""
+    module_name, function_name = SOURCE_ENTRIES[name]
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - a broken package must not stop the others
+        raise ImportError(f"{module_name} cannot be imported: {type(exc).__name__}: {exc}") from exc
+    entry = getattr(module, function_name, None)
+    if not callable(entry):
+        raise ImportError(f"{module_name} has no {function_name}()")
+    return entry
+
+
+def run_source(request: SourceRequest, job: JobContext) -> SourceOutput:
+    """Call one source, turning every failure into an error line for that source only."""
+    try:
+        entry = load_entry(request.name)
+    except ImportError as exc:
+        return SourceOutput(errors=[f"source not available: {exc}"])
+    try:
+        output = entry(*request.inputs, job, **request.options)
+    except Exception as exc:  # noqa: BLE001 - contract says sources never raise; be safe anyway
+        log.debug("source %s raised", request.name, exc_info=True)
+        return SourceOutput(errors=[f"failed: {type(exc).__name__}: {exc}"])
+    if not isinstance(output, SourceOutput):
+        return SourceOutput(errors=[f"returned {type(output).__name__}, not SourceOutput"])
+    return output
+
+
+def collect(requests: Sequence[SourceRequest], job: JobContext) -> SourceOutput:
+    combined = SourceOutput()
+    for request in requests:
+        output = run_source(request, job)
+        log.info(
+            "job=%s source=%s points=%d errors=%d",
+            job.job_id,
+            request.name,
+            len(output.points),
+            len(output.errors),
+        )
+        combined.points.extend(output.points)
+        combined.errors.extend(f"{request.name}: {error}" for error in output.errors)
+        for warning in output.warnings:
+            log.warning("job=%s %s: %s", job.job_id, request.name, warning)
+    return combined
