@@ -15,8 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpcmon.config import ConfigError
-from post_job import epilog
-from post_job.epilog import SlurmJob, find_files, job_days, parse_config, run_epilog, slurm_job
+from post_job import epilog, epilog_config
+from post_job.epilog import run_epilog
+from post_job.epilog_config import parse_config
+from post_job.patterns import MAX_DAYS, find_files, job_days
+from post_job.slurm import SlurmJob, slurm_job
 from tests import servers
 from tests.test_post_job_frame import GEOPM_REPORT, needs_geopm
 
@@ -48,7 +51,7 @@ def slurm_env(job_id: str = "4711", user: str = "alice", **extra: str) -> dict[s
 
 # ---------------------------------------------------------------- config
 def test_example_config_is_valid() -> None:
-    config = epilog.load_config(EXAMPLE)
+    config = epilog_config.load_config(EXAMPLE)
     assert config.spool_dir and config.writers["influx_v2"]["bucket"] == "jobs"
     assert {s.name for s in config.sources} == {"darshan", "recorder", "viztracer", "geopm_report"}
 
@@ -85,7 +88,7 @@ def test_example_config_is_valid() -> None:
 def test_bad_config_names_file_and_key(data, message, tmp_path: Path) -> None:
     path = write_config(tmp_path / "c.yaml", data)
     with pytest.raises(ConfigError) as exc:
-        epilog.load_config(path)
+        epilog_config.load_config(path)
     assert str(exc.value).startswith(str(path)) and message in str(exc.value)
 
 
@@ -189,7 +192,7 @@ def test_job_days_span_start_to_end_or_today() -> None:
     assert week == [dt.date(2026, 2, 23) + dt.timedelta(days=k) for k in range(7)]
     long_job = SlurmJob("1", "u", None, local_epoch(2024, 1, 1, 0), local_epoch(2025, 1, 1, 0))
     days = job_days(long_job)
-    assert len(days) == epilog.MAX_DAYS and days[-1] == dt.date(2025, 1, 1)
+    assert len(days) == MAX_DAYS and days[-1] == dt.date(2025, 1, 1)
 
 
 def test_darshan_layout_found_across_midnight(tmp_path: Path) -> None:
@@ -444,7 +447,7 @@ def test_values_from_slurm_that_are_not_ids_are_refused(
 @settings(max_examples=100, deadline=None)
 @given(st.text(max_size=30), st.text(max_size=20))
 def test_any_slurm_job_id_or_user_is_valid_or_refused(job_id: str, user: str) -> None:
-    from post_job.epilog import SlurmEnvironmentError, slurm_job
+    from post_job.slurm import SlurmEnvironmentError, slurm_job
 
     try:
         job = slurm_job({"SLURM_JOB_ID": job_id, "SLURM_JOB_USER": user})
@@ -468,7 +471,7 @@ def test_non_utf8_config_is_one_line(tmp_path: Path, capsys) -> None:
 def test_any_config_file_bytes_give_a_config_or_one_line(data: bytes) -> None:
     import tempfile
 
-    from post_job.epilog import load_config
+    from post_job.epilog_config import load_config
 
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "c.yaml"
