@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from post_job.problems import SourceError
+from post_job.problems import Problems, SourceError
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -41,7 +41,7 @@ def not_a_regular_file(path: str | Path) -> str | None:
     return None
 
 
-def read_input(path: Path, errors: list[str]) -> tuple[bytes, int]:
+def read_input(path: Path, errors: list[str] | Problems) -> tuple[bytes, int]:
     """The file's content (gunzipped when it starts with the gzip magic, whatever its name)
     and its size on disk. A truncated gzip stream keeps its readable prefix and adds a line to
     ``errors``; an unreadable file, one that is not a regular file, or corrupt gzip data
@@ -59,7 +59,7 @@ def read_input(path: Path, errors: list[str]) -> tuple[bytes, int]:
     return raw, file_bytes
 
 
-def _gunzip(data: bytes, path: Path, errors: list[str]) -> bytes:
+def _gunzip(data: bytes, path: Path, errors: list[str] | Problems) -> bytes:
     """Decompress, keeping the readable prefix of a truncated gzip stream."""
     decompressor = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
     try:

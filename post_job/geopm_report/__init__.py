@@ -27,9 +27,8 @@ def collect_geopm_report(reports: Sequence[Path], job: JobContext) -> SourceOutp
     """Points for every report file; bad files become error messages, never exceptions."""
     output = SourceOutput()
     for path in reports:
-        result = parse_report_file(path)
-        problems = Problems(path)
-        problems.extend(result.errors)
+        problems = Problems(path)  # the file's one capped collector, shared with the reader
+        result = parse_report_file(path, problems)
         modified_ns: int | None = None  # read, and said, once per file
         for index, record in enumerate(result.reports):
             time_ns = record.start_time_ns

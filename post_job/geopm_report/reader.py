@@ -23,23 +23,23 @@ from post_job.geopm_report.session import parse_session_csv, parse_session_yaml
 from post_job.problems import Problems, SourceError
 
 
-def parse_report_file(path: str | Path) -> ParseResult:
-    """Every report (or session document) in one file, plus the problems met; never raises."""
+def parse_report_file(path: str | Path, problems: Problems | None = None) -> ParseResult:
+    """Every report (or session document) in one file, plus the problems met (also collected
+    into ``problems`` when given: the caller's collector for this file); never raises."""
     path = Path(path)
-    gzip_problems: list[str] = []
+    problems = Problems(path) if problems is None else problems
     try:
-        data, _ = read_input(path, gzip_problems)
+        data, _ = read_input(path, problems)
     except SourceError as exc:
-        return ParseResult(errors=[str(exc)])
-    result = parse_report_text(data.decode("utf-8", errors="replace"), path)
-    result.errors[:0] = gzip_problems
-    return result
+        problems.append(str(exc))
+        return ParseResult(errors=problems.lines())
+    return parse_report_text(data.decode("utf-8", errors="replace"), path, problems)
 
 
-def parse_report_text(text: str, path: str | Path) -> ParseResult:
+def parse_report_text(text: str, path: str | Path, problems: Problems | None = None) -> ParseResult:
     """Like :func:`parse_report_file` for text already read (``path`` names it in errors)."""
     path = Path(path)
-    problems = Problems(path)
+    problems = Problems(path) if problems is None else problems
     result = ParseResult()
     try:
         kind = detect_kind(text)

@@ -14,7 +14,7 @@ from pathlib import Path
 from post_job.files import input_labels, replaced_atomically, unexpected_error
 from post_job.model import JobContext, SourceOutput
 from post_job.options import option
-from post_job.problems import Problems, SourceError
+from post_job.problems import SourceError
 from post_job.viztracer.cleaning import (
     CleanedViztracerData,
     CleaningOptions,
@@ -66,9 +66,7 @@ def collect_viztracer(
     functions: dict[str, FunctionStats] = {}
     latest_ns: int | None = None
     for path, label, out_path in zip(paths, labels, out_paths, strict=True):
-        problems = Problems(path)
-        summary = _clean_one(path, options, out_path, problems)
-        output.errors.extend(problems)
+        summary = _clean_one(path, options, out_path, output.errors)
         if summary is None:
             continue
         time_ns = trace_time_ns(summary.trace)
@@ -121,7 +119,7 @@ def read_and_clean(
 
 
 def _clean_one(
-    path: Path, options: CleaningOptions | None, out_path: Path | None, errors: Problems
+    path: Path, options: CleaningOptions | None, out_path: Path | None, errors: list[str]
 ) -> TraceSummary | None:
     try:
         trace, result = read_and_clean(path, options)
@@ -144,7 +142,7 @@ def _clean_one(
     return TraceSummary(trace, result, len(encoded))
 
 
-def _write_atomically(path: Path, data: bytes, errors: Problems) -> None:
+def _write_atomically(path: Path, data: bytes, errors: list[str]) -> None:
     try:
         with replaced_atomically(path, binary=True) as handle:
             handle.write(data)
