@@ -8,7 +8,7 @@ spools what is left). Log locations are glob patterns with placeholders: ``{jobi
 glob-escaped, so a strange user name cannot widen a pattern.
 
 The run flows one way: epilog_config.py (the file) and slurm.py (the job) -> patterns.py (the
-job's input files) -> source requests and writer settings -> hook.run_job -> the report.
+job's input files) -> source requests and writer settings -> hook.run_job -> job_report.py.
 """
 
 from __future__ import annotations
@@ -21,18 +21,17 @@ from pathlib import Path
 from hpcmon.config import ConfigError
 from post_job.delivery import WriterSettings
 from post_job.epilog_config import (
-    REPORT_FORMATS,
     SOURCE_INPUTS,
     EpilogConfig,
     load_config,
 )
-from post_job.hook import RunReport, run_job
+from post_job.hook import run_job
+from post_job.job_report import write_job_report
 from post_job.lifetime import Watchdog, configure_logging, sending_deadline, stop_on_sigterm
 from post_job.model import JobContext
 from post_job.patterns import find_files, job_days, output_path
 from post_job.slurm import SlurmEnvironmentError, SlurmJob, slurm_job
 from post_job.sources import SourceRequest
-from post_job.writers import Deadline
 
 __all__ = ["load_config", "run_epilog", "source_requests", "writer_settings"]
 
@@ -143,58 +142,3 @@ def _run(config: EpilogConfig, env: Mapping[str, str], now: float | None, failur
     if config.report is not None:
         write_job_report(config, job, settings, report, deadline)
     return failure if report.problems else 0
-
-
-def write_job_report(
-    config: EpilogConfig,
-    job: SlurmJob,
-    settings: WriterSettings,
-    run: RunReport,
-    deadline: Deadline,
-) -> Path | None:
-    """The job's report, once InfluxDB acknowledged every point (a report of half the points
-    would read as complete); a bonus: any failure is one line, never the epilog's status."""
-    assert config.report is not None
-    delivered = run.points and all(
-        not (d.spooled or d.rejected or d.lost or d.problems) for d in run.destinations
-    )
-    if not delivered:
-        log.warning(
-            "job=%s report not written: the points are not all in InfluxDB yet "
-            "(run hpcmon-report --job-id %s later)",
-            job.job_id,
-            job.job_id,
-        )
-        return None
-    try:
-        from report.api import write_report
-        from report.influx import InfluxSettings
-    except ImportError as exc:
-        log.warning("job=%s report not written: %s (install hpcmon[report])", job.job_id, exc)
-        return None
-    suffix = REPORT_FORMATS[config.report.format]
-    target = Path(output_path(config.report.dir, job, config.cluster)) / f"{job.job_id}.{suffix}"
-    influx = InfluxSettings(
-        v1_url=settings.v1_url,
-        database=settings.v1_database,
-        retention_policy=settings.v1_retention_policy,
-        v2_url=settings.v2_url,
-        org=settings.v2_org,
-        bucket=settings.v2_bucket,
-        token_file=config.writers.get("influx_v2", {}).get("token_file"),
-    )
-    try:
-        written = write_report(
-            job.job_id,
-            config.cluster,
-            influx,
-            config.report.prometheus_url,
-            target,
-            deadline=deadline.end,
-            fmt=config.report.format,
-        )
-    except Exception as exc:  # noqa: BLE001 - the points are in: a report failure is one line
-        log.warning("job=%s report not written: %s: %s", job.job_id, type(exc).__name__, exc)
-        return None
-    log.info("job=%s report written: %s", job.job_id, written)
-    return written
