@@ -43,25 +43,27 @@ def job_record(jobid: str, number: int, operations: tuple[str, ...], step: int =
     return lines
 
 
-def target_text(component: str, index: int, jobs: int, step: int = 0, first_job: int = 0) -> str:
+def target_text(
+    component: str, index: int, jobs: int, step: int = 0, first_job: int = 0, fs: str = "synth"
+) -> str:
     """``lctl get_param`` output of one target with ``jobs`` jobs."""
     operations = OST_OPERATIONS if component == "ost" else MDT_OPERATIONS
     param = "obdfilter" if component == "ost" else "mdt"
-    lines = [f"{param}.{target_name(component, index)}.job_stats=", "job_stats:"]
+    lines = [f"{param}.{target_name(component, index, fs)}.job_stats=", "job_stats:"]
     for number in range(first_job, first_job + jobs):
         lines += job_record(f"job{number}", number + index, operations, step)
     return "\n".join(lines) + "\n"
 
 
 def write_server(
-    folder: Path, osts: int, mdts: int, jobs_per_target: int, step: int = 0
+    folder: Path, osts: int, mdts: int, jobs_per_target: int, step: int = 0, fs: str = "synth"
 ) -> list[Path]:
     """One file per target under ``folder`` (glob ``folder/*.txt``)."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for component, count in (("ost", osts), ("mdt", mdts)):
         for index in range(count):
-            path = folder / f"{target_name(component, index)}.txt"
-            path.write_text(target_text(component, index, jobs_per_target, step))
+            path = folder / f"{target_name(component, index, fs)}.txt"
+            path.write_text(target_text(component, index, jobs_per_target, step, fs=fs))
             paths.append(path)
     return paths
