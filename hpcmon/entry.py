@@ -1,0 +1,50 @@
+"""Console-script entry points. A node installs only its role's extra (`hpcmon[exporter]`,
+`hpcmon[post-job]`, ...); a command run without its extra says which one to install, in one
+line, with exit status 2, instead of an ImportError traceback."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# command -> (module with main(), the extra that brings its dependencies)
+COMMANDS = {
+    "hpcmon-exporter": ("exporter.cli", "exporter"),
+    "hpcmon-post-job": ("post_job.cli", "post-job"),
+    "hpcmon-dashboards": ("dashboards.cli", "dashboards"),
+    "hpcmon-report": ("report.cli", "report"),
+}
+_OWN_PACKAGES = {"hpcmon", "exporter", "post_job", "dashboards", "report"}
+
+
+def run(command: str) -> int:
+    module_name, extra = COMMANDS[command]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = (exc.name or "").split(".")[0]
+        if not missing or missing in _OWN_PACKAGES:
+            raise  # a broken installation of hpcmon itself, not a missing extra
+        print(
+            f"{command}: the Python package {missing!r} is missing: "
+            f"install the role's extra, e.g. pip install 'hpcmon[{extra}]'",
+            file=sys.stderr,
+        )
+        return 2
+    return module.main()
+
+
+def exporter() -> int:
+    return run("hpcmon-exporter")
+
+
+def post_job() -> int:
+    return run("hpcmon-post-job")
+
+
+def dashboards() -> int:
+    return run("hpcmon-dashboards")
+
+
+def report() -> int:
+    return run("hpcmon-report")

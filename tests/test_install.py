@@ -1,0 +1,95 @@
+"""The built wheel, installed as a site would: each role's extra into a fresh virtualenv, its
+command's --help works, the other commands name the extra they lack (one line, exit 2), and
+the wheel ships no tests or benchmarks. Prints the installed size of each role."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from hpcmon.entry import COMMANDS
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parent.parent
+ROLES = {extra: command for command, (_, extra) in COMMANDS.items()}
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", str(out), str(ROOT)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr
+    (found,) = out.glob("hpcmon-*.whl")
+    return found
+
+
+def test_wheel_ships_the_packages_and_no_tests(wheel: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {name.split("/")[0] for name in names if "/" in name}
+    assert {"hpcmon", "exporter", "post_job", "dashboards", "report"} <= tops
+    assert not tops & {"tests", "benchmarks", "helm", "deploy", "docs", "scripts"}
+    assert "report/schema.json" in names  # package data the report validates against
+
+
+def _venv(path: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, timeout=120)
+    return path / "bin"
+
+
+def _site_packages_bytes(bin_dir: Path) -> int:
+    lib = bin_dir.parent / "lib"
+    return sum(p.stat().st_size for p in lib.rglob("*") if p.is_file())
+
+
+def _run(bin_dir: Path, command: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(bin_dir / command), *args], capture_output=True, text=True, timeout=120, cwd="/"
+    )
+
+
+@pytest.mark.parametrize("extra", sorted(ROLES))
+def test_each_role_installs_and_runs(wheel: Path, tmp_path: Path, extra: str) -> None:
+    bin_dir = _venv(tmp_path / "venv")
+    empty = _site_packages_bytes(bin_dir)
+    install = subprocess.run(
+        [str(bin_dir / "pip"), "install", "-q", f"{wheel}[{extra}]"],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert install.returncode == 0, install.stderr[-2000:]
+    size = (_site_packages_bytes(bin_dir) - empty) / 2**20
+    print(f"\nhpcmon[{extra}]: {size:.0f} MiB installed")
+    own = _run(bin_dir, ROLES[extra], "--help")
+    assert own.returncode == 0, own.stderr
+    assert "usage" in own.stdout.lower()
+    for other_extra, command in ROLES.items():
+        if other_extra == extra:
+            continue
+        result = _run(bin_dir, command, "--help")
+        if result.returncode == 0:
+            continue  # this role's extra happens to bring what that command needs too
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.strip().count("\n") == 0, result.stderr
+        assert f"hpcmon[{other_extra}]" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_bare_install_names_the_extra_of_every_command(wheel: Path, tmp_path: Path) -> None:
+    bin_dir = _venv(tmp_path / "venv")
+    install = subprocess.run(
+        [str(bin_dir / "pip"), "install", "-q", str(wheel)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert install.returncode == 0, install.stderr[-2000:]
+    for extra, command in ROLES.items():
+        result = _run(bin_dir, command, "--help")
+        assert result.returncode == 2
+        assert f"pip install 'hpcmon[{extra}]'" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
