@@ -93,3 +93,12 @@ def test_bare_install_names_the_extra_of_every_command(wheel: Path, tmp_path: Pa
         assert result.returncode == 2
         assert f"pip install 'hpcmon[{extra}]'" in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_systemd_unit_and_epilog_use_the_documented_install_location() -> None:
+    """README "Install": one virtualenv at /opt/hpcmon for every role on a node."""
+    unit = (ROOT / "deploy" / "systemd" / "hpcmon-exporter.service").read_text()
+    epilog = (ROOT / "deploy" / "slurm" / "hpcmon-epilog.sh").read_text()
+    assert "ExecStart=/opt/hpcmon/bin/hpcmon-exporter" in unit
+    assert "${HPCMON_POST_JOB:-/opt/hpcmon/bin/hpcmon-post-job}" in epilog
+    assert "python3 -m venv /opt/hpcmon" in (ROOT / "README.md").read_text()
