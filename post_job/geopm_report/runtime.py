@@ -199,68 +199,90 @@ def parse_text_era(lines: list[str], path: Path, problems: Problems) -> Report:
     ``Host: name``, ``Region <name> (<hash>):`` blocks, ``Epoch Totals:`` and ``Application
     Totals:``; values are indented ``key: value`` lines. 1.x lists the unmarked region as
     ``Region unmarked-region``; it is read as the Unmarked Totals, like GEOPM's converter does."""
-    report = Report(path=path, era="text-1.x")
-    header = report.header
-    host: HostReport | None = None
-    target: dict[str, Value] | None = None
-    extra_key: str | None = None
-    seen_banner = False
-
+    reader = _TextEraReader(Report(path=path, era="text-1.x"), problems)
     for lineno, raw in enumerate(lines, 1):
+        reader.line(raw, lineno)
+    _check_runtime_report(reader.report, problems)
+    return reader.report
+
+
+class _TextEraReader:
+    """Where the 1.x reader is in the report: the header, a host, a region or totals block."""
+
+    def __init__(self, report: Report, problems: Problems) -> None:
+        self.report = report
+        self.problems = problems
+        self.host: HostReport | None = None
+        self.target: dict[str, Value] | None = None  # where indented value lines go
+        self.extra_key: str | None = None
+        self.seen_banner = False
+
+    def line(self, raw: str, lineno: int) -> None:
         content = raw.strip()
         if not content:
-            continue
-        if not seen_banner and content.startswith("#####"):
-            seen_banner = True
+            return
+        if not self.seen_banner and content.startswith("#####"):
+            self.seen_banner = True
             version = content.strip("#").strip()
-            header["GEOPM Version"] = version.split(None, 1)[1] if " " in version else version
-            continue
-        if raw[0] not in " \t":
-            target, extra_key = None, None
-            if content.startswith("Host:"):
-                host = HostReport(name=content[5:].strip())
-                report.hosts.append(host)
-                continue
-            match = _TEXT_REGION.fullmatch(content)
-            if match is not None or content.endswith(" Totals:"):
-                if host is None:
-                    problems.add(f"{content[:60]!r} before any 'Host:' line", lineno)
-                    continue
-                if match is None:
-                    if content[:-1] not in SCOPE_BY_SECTION:
-                        problems.add(f"unknown totals section {content[:60]!r}", lineno)
-                        continue
-                    target = host.totals.setdefault(SCOPE_BY_SECTION[content[:-1]], {})
-                elif match.group(1) == "unmarked-region":
-                    target = host.totals.setdefault("unmarked", {})
-                else:
-                    region = Region(name=match.group(1), hash=normalise_hash(match.group(2)))
-                    host.regions.append(region)
-                    target = region.values
-                continue
-            pair = key_value_or_report(content, problems, lineno)
-            if pair is None:
-                continue
-            key, value = pair
-            if host is None:
-                header[key] = value
-            else:  # agent extension of the host, e.g. "Final online freq map:"
-                host.extras[key] = value
-                extra_key = key
-            continue
-        pair = key_value_or_report(content, problems, lineno)
-        if pair is None:
-            continue
-        key, value = pair
-        if target is not None:
-            key, number = value_with_unit(key, value)
-            target[key] = number
-        elif extra_key is not None and host is not None:
-            append_line(host.extras, extra_key, content)
-        elif host is None:
-            problems.add(f"indented line before any 'Host:': {content[:60]!r}", lineno)
+            self.report.header["GEOPM Version"] = (
+                version.split(None, 1)[1] if " " in version else version
+            )
+        elif raw[0] not in " \t":
+            self._unindented(content, lineno)
         else:
-            problems.add(f"value outside any region or totals in host {host.name!r}", lineno)
+            self._value(content, lineno)
 
-    _check_runtime_report(report, problems)
-    return report
+    def _unindented(self, content: str, lineno: int) -> None:
+        """``Host:``, a region or totals block, or a header (or host extension) key."""
+        self.target, self.extra_key = None, None
+        if content.startswith("Host:"):
+            self.host = HostReport(name=content[5:].strip())
+            self.report.hosts.append(self.host)
+            return
+        match = _TEXT_REGION.fullmatch(content)
+        if match is not None or content.endswith(" Totals:"):
+            self._block(content, match, lineno)
+            return
+        pair = key_value_or_report(content, self.problems, lineno)
+        if pair is None:
+            return
+        key, value = pair
+        if self.host is None:
+            self.report.header[key] = value
+        else:  # agent extension of the host, e.g. "Final online freq map:"
+            self.host.extras[key] = value
+            self.extra_key = key
+
+    def _block(self, content: str, match: re.Match[str] | None, lineno: int) -> None:
+        host = self.host
+        if host is None:
+            self.problems.add(f"{content[:60]!r} before any 'Host:' line", lineno)
+            return
+        if match is None:
+            if content[:-1] not in SCOPE_BY_SECTION:
+                self.problems.add(f"unknown totals section {content[:60]!r}", lineno)
+                return
+            self.target = host.totals.setdefault(SCOPE_BY_SECTION[content[:-1]], {})
+        elif match.group(1) == "unmarked-region":
+            self.target = host.totals.setdefault("unmarked", {})
+        else:
+            region = Region(name=match.group(1), hash=normalise_hash(match.group(2)))
+            host.regions.append(region)
+            self.target = region.values
+
+    def _value(self, content: str, lineno: int) -> None:
+        pair = key_value_or_report(content, self.problems, lineno)
+        if pair is None:
+            return
+        key, value = pair
+        if self.target is not None:
+            key, number = value_with_unit(key, value)
+            self.target[key] = number
+        elif self.extra_key is not None and self.host is not None:
+            append_line(self.host.extras, self.extra_key, content)
+        elif self.host is None:
+            self.problems.add(f"indented line before any 'Host:': {content[:60]!r}", lineno)
+        else:
+            self.problems.add(
+                f"value outside any region or totals in host {self.host.name!r}", lineno
+            )
