@@ -25,19 +25,31 @@ _TEXT_REGION = re.compile(r"Region (.*) \(([^()]*)\):")
 def parse_yaml_era(lines: list[str], path: Path, problems: Problems) -> Report:
     """geopm_report(7) as YAML: header keys, ``Hosts:``, one block per host with ``Regions``
     (a list of mappings) and the three totals; agents may add keys at each level."""
-    reader = _YamlEraReader(Report(path=path, era="yaml"), problems)
-    for lineno, raw in enumerate(lines, 1):
-        reader.line(raw, lineno)
-    _check_runtime_report(reader.report, problems)
-    return reader.report
+    return _YamlEraReader(Report(path=path, era="yaml"), problems).read(lines)
 
 
-class _YamlEraReader:
-    """Where the YAML-era reader is in the report: header, a host, a section, a region."""
+class _RuntimeReader:
+    """A runtime report read line by line; each era's reader knows where it is in it."""
 
     def __init__(self, report: Report, problems: Problems) -> None:
         self.report = report
         self.problems = problems
+
+    def line(self, raw: str, lineno: int) -> None:
+        raise NotImplementedError
+
+    def read(self, lines: list[str]) -> Report:
+        for lineno, raw in enumerate(lines, 1):
+            self.line(raw, lineno)
+        _check_runtime_report(self.report, self.problems)
+        return self.report
+
+
+class _YamlEraReader(_RuntimeReader):
+    """Where the YAML-era reader is in the report: header, a host, a section, a region."""
+
+    def __init__(self, report: Report, problems: Problems) -> None:
+        super().__init__(report, problems)
         self.in_hosts = False
         self.last_header_key: str | None = None
         self.host: HostReport | None = None
@@ -199,19 +211,14 @@ def parse_text_era(lines: list[str], path: Path, problems: Problems) -> Report:
     ``Host: name``, ``Region <name> (<hash>):`` blocks, ``Epoch Totals:`` and ``Application
     Totals:``; values are indented ``key: value`` lines. 1.x lists the unmarked region as
     ``Region unmarked-region``; it is read as the Unmarked Totals, like GEOPM's converter does."""
-    reader = _TextEraReader(Report(path=path, era="text-1.x"), problems)
-    for lineno, raw in enumerate(lines, 1):
-        reader.line(raw, lineno)
-    _check_runtime_report(reader.report, problems)
-    return reader.report
+    return _TextEraReader(Report(path=path, era="text-1.x"), problems).read(lines)
 
 
-class _TextEraReader:
+class _TextEraReader(_RuntimeReader):
     """Where the 1.x reader is in the report: the header, a host, a region or totals block."""
 
     def __init__(self, report: Report, problems: Problems) -> None:
-        self.report = report
-        self.problems = problems
+        super().__init__(report, problems)
         self.host: HostReport | None = None
         self.target: dict[str, Value] | None = None  # where indented value lines go
         self.extra_key: str | None = None
