@@ -82,13 +82,13 @@ def _table(module: str, table, names: dict[int, str]) -> FileTable:
 def darshan_from_logs(paths: list[Path]) -> tuple[DarshanData | None, list[str]]:
     """All logs of the job merged; problems (unreadable logs) as one line each."""
     from post_job.darshan import read_log  # the hook's isolated reader
-    from post_job.darshan.reader_pydarshan import DarshanReadError
+    from post_job.problems import SourceError
 
     logs, problems = [], []
     for path in paths:
         try:
             logs.append(read_log(Path(path)))
-        except (DarshanReadError, OSError) as exc:
+        except (SourceError, OSError) as exc:
             problems.append(str(exc))
     data = darshan_from_log_objects(logs)
     problems.extend(p for log in logs for p in log.problems)

@@ -173,12 +173,12 @@ def test_hostile_rows_still_give_a_page(rows) -> None:
 
 
 def test_geopm_report_gives_energy_and_the_window_without_darshan() -> None:
-    from post_job.geopm_report import collect_geopm_reports
+    from post_job.geopm_report import collect_geopm_report
     from report.api import _window
     from report.records import geopm_from_rows
 
     report = ROOT / "tests/data/geopm_report/geopm-1.1.0+dev429_nekbone_frequency_map_4hosts.report"
-    out = collect_geopm_reports([report], JobContext(job_id="42"))
+    out = collect_geopm_report([report], JobContext(job_id="42"))
     job = JobData("42", geopm=geopm_from_rows(rows_from_points(out.points)))
     assert job.geopm.hosts == 4
     start, end = _window(job)

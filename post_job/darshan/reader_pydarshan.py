@@ -46,10 +46,6 @@ _CLOSED = "closed"  # the child's word that it closed the log handle after sendi
 _CLOSE_TIMEOUT = 10.0  # seconds darshan_log_close may take
 
 
-# The name report/ imports; the one post-job source error type.
-DarshanReadError = SourceError
-
-
 @dataclass
 class _PackedTable:
     """One module as whole matrices (one row per record): cheap to send between processes."""

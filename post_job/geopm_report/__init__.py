@@ -20,7 +20,7 @@ from post_job.geopm_report.reader import parse_report_file
 from post_job.model import JobContext, SourceOutput
 from post_job.problems import Problems
 
-__all__ = ["collect_geopm_report", "collect_geopm_reports"]
+__all__ = ["collect_geopm_report"]
 
 
 def collect_geopm_report(reports: Sequence[Path], job: JobContext) -> SourceOutput:
@@ -48,7 +48,3 @@ def collect_geopm_report(reports: Sequence[Path], job: JobContext) -> SourceOutp
                 problems.append(unexpected_error(path, "converting to points", exc))
         output.errors.extend(problems)
     return output
-
-
-# The name tests/test_report_api.py imports (not this part's file); goes once it uses the new one.
-collect_geopm_reports = collect_geopm_report
