@@ -21,7 +21,7 @@ test: venv servers
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 demo: venv servers
-	$(PY) -m hpcmon.demo $(DEMO_ARGS)
+	$(PY) -m devtools.demo $(DEMO_ARGS)
 
 bench: venv servers
 	$(PY) benchmarks/run_all.py

@@ -1,6 +1,6 @@
 """Benchmark: Recorder trace decoding throughput in records/s (target >= 1,000,000/s counting).
 
-The trace is written with post_job.recorder.writer in the 3.0 layout (interprocess
+The trace is written with devtools.recorder_writer in the 3.0 layout (interprocess
 compression, zlib-compressed timestamps in 1M-word blocks as Recorder's default buffer makes
 them): 8 ranks of the call pattern of a checkpointing loop (open, (write lseek)^k fsync,
 close, MPI_Barrier, nested in an outer rule), loop counts differing per rank so there are
@@ -30,10 +30,10 @@ sys.path.insert(0, str(ROOT))
 
 from timing import median_seconds  # noqa: E402
 
+from devtools.recorder_writer import RankCalls, Signature, write_trace  # noqa: E402
 from post_job.model import JobContext  # noqa: E402
 from post_job.recorder import RecorderDataFrame, collect_recorder  # noqa: E402
 from post_job.recorder.reader import read_recorder_trace  # noqa: E402
-from post_job.recorder.writer import RankCalls, Signature, write_trace  # noqa: E402
 
 TARGET_RECORDS_PER_S = 1_000_000
 RANKS = 8

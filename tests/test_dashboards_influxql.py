@@ -11,7 +11,7 @@ import pytest
 
 from dashboards import config as dashboards_config
 from dashboards import generate, lint
-from hpcmon.demo import POST_JOB_INPUTS
+from devtools.demo import POST_JOB_INPUTS
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,7 @@ def test_demo_shows_top_jobs_from_prometheus(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "hpcmon.demo",
+            "devtools.demo",
             "--duration",
             "30",
             "--refresh",
@@ -81,7 +81,7 @@ def test_demo_shows_top_jobs_from_prometheus(tmp_path: Path) -> None:
 def test_demo_stops_everything_when_its_terminal_closes(tmp_path: Path) -> None:
     """SIGHUP (the terminal closed) stops the servers the demo started, not only Ctrl-C."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hpcmon.demo", "--refresh", "2", "--workdir", str(tmp_path / "d")],
+        [sys.executable, "-m", "devtools.demo", "--refresh", "2", "--workdir", str(tmp_path / "d")],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -108,7 +108,7 @@ def test_demo_never_deletes_a_directory_it_did_not_create(tmp_path: Path) -> Non
     keep.parent.mkdir()
     keep.write_text("years of work")
     result = subprocess.run(
-        [sys.executable, "-m", "hpcmon.demo", "--workdir", str(keep.parent), "--duration", "1"],
+        [sys.executable, "-m", "devtools.demo", "--workdir", str(keep.parent), "--duration", "1"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from devtools.recorder_writer import Signature, run_length_calls, write_trace
 from post_job.recorder import MultiRecorderDFHandler, RecorderDataFrame
-from post_job.recorder.writer import Signature, run_length_calls, write_trace
 from tests.test_recorder_reader import DATA, TRACES, parse_text
 
 

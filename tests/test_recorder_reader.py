@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from devtools.recorder_writer import RankCalls, Signature, run_length_calls, write_trace
 from post_job.problems import SourceError
 from post_job.recorder.reader import read_recorder_trace
-from post_job.recorder.writer import RankCalls, Signature, run_length_calls, write_trace
 
 DATA = Path(__file__).parent / "data" / "recorder"
 TRACES = sorted(p for p in DATA.glob("v*/*") if p.is_dir())
