@@ -136,8 +136,10 @@ def jobstats_exporter(
 
 
 def node_exporter(options: argparse.Namespace, fixed: int) -> int:
-    """Series of one compute node exporter (powercap/GEOPM power and jobs collectors): an
-    estimate from the metric list in the README, not measured here."""
+    """Series of one compute node exporter (power and jobs collectors): energy and power of
+    the CPU and DRAM of each package and of the board, the collector's health, one series per
+    job. Exact for powercap nodes (tested); the GPU part (energy and power per GPU) is not
+    measured here."""
     power = 4 * options.site_sockets_per_node + 2 * options.site_gpus_per_node + 2
     health = 4  # geopm_up, geopm_sample_duration_seconds, geopm_errors_total, rebases
     return power + health + options.site_jobs_per_node + 2 * 2 + fixed

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -102,3 +103,37 @@ def test_budget_bad_flag_is_one_line_and_exit_2() -> None:
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert "--site.osts" in result.stderr
+
+
+@pytest.mark.parametrize(("sockets", "jobs"), [(1, 1), (2, 3), (4, 0)])
+def test_budget_of_a_compute_node_equals_measured(tmp_path, sockets: int, jobs: int) -> None:
+    """The real exporter on a powercap tree (a package and a dram zone per socket, psys for
+    the board) and a Slurm prolog's jobs directory, against --site.power-nodes=1."""
+    from tests.test_geopm_helpers import write_zone
+
+    sysfs = tmp_path / "sys"
+    for socket in range(sockets):
+        write_zone(sysfs, str(socket), f"package-{socket}", 1000 + socket)
+        write_zone(sysfs, f"{socket}:0", "dram", 500 + socket)
+    write_zone(sysfs, str(sockets), "psys", 9000)
+    jobs_dir = tmp_path / "jobs"
+    jobs_dir.mkdir()
+    for number in range(jobs):
+        (jobs_dir / f"{100 + number}").write_text(f"SLURM_JOB_UID={1000 + number}\n")
+    args = [
+        "--no-collector.jobstats", "--collector.geopm", "--geopm.backend=powercap",
+        f"--path.sysfs={sysfs}", "--collector.jobs", f"--jobs.dir={jobs_dir}",
+    ]  # fmt: skip
+    with run_exporter(args, tmp_path) as exporter:
+        deadline = time.monotonic() + 30
+        while True:  # power comes from the second energy sample (1 s interval)
+            status, body = http_get(f"http://{exporter.address}/metrics", timeout=60)
+            if b"geopm_board_power_watts{" in body or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+    assert status == 200 and b"geopm_board_power_watts{" in body
+    found = budget(
+        "--site.power-nodes=1", f"--site.sockets-per-node={sockets}", f"--site.jobs-per-node={jobs}"
+    )
+    assert found["node_exporter"] == exposition_series(body)
+    assert found["site"] == exposition_series(body) + 5
