@@ -35,11 +35,11 @@ sys.path.insert(0, str(ROOT))
 
 from timing import median_seconds  # noqa: E402
 
-from hpcmon.points import to_lines  # noqa: E402
 from hpcmon.servers import run_influxdb1  # noqa: E402
 from post_job.darshan.model import DarshanLog, HeatmapRecord, JobInfo, ModuleTable  # noqa: E402
 from post_job.darshan.points import log_points  # noqa: E402
 from post_job.darshan.signals import compute_signals  # noqa: E402
+from post_job.points import to_lines  # noqa: E402
 from report.api import Sources, build, collect, render  # noqa: E402
 from report.darshan_log import darshan_from_log_objects  # noqa: E402
 from report.influx import InfluxSettings  # noqa: E402

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from hpcmon.points import Point
 from hpcmon.timeutil import now_ns
+from post_job.points import Point
 
 
 def points_to_lines(

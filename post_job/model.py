@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hpcmon.points import Point
+from post_job.points import Point
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ import urllib.request
 
 import pytest
 
-from hpcmon.points import to_lines
 from post_job.darshan import collect_darshan
 from post_job.darshan.signals import HEATMAP_SIGNALS, NA_REASONS, POSIX_SIGNALS, RECORD_SIGNALS
 from post_job.model import JobContext
+from post_job.points import to_lines
 from tests.darshan_helpers import (
     E3SM,
     INACTIVE,

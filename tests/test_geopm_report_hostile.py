@@ -13,11 +13,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hpcmon.points import to_lines
 from post_job.geopm_report import collect_geopm_report
 from post_job.geopm_report.model import Report, SessionReport
 from post_job.geopm_report.reader import parse_report_file, parse_report_text
 from post_job.model import JobContext
+from post_job.points import to_lines
 from post_job.problems import MAX_PROBLEMS_PER_INPUT
 
 DATA = Path(__file__).parent / "data" / "geopm_report"

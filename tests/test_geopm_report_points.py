@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from hpcmon.points import Point, to_lines
 from post_job.geopm_report import collect_geopm_report
 from post_job.geopm_report.points import field_for_key
 from post_job.model import JobContext
+from post_job.points import Point, to_lines
 
 DATA = Path(__file__).parent / "data" / "geopm_report"
 ALL_FIXTURES = sorted(p for p in DATA.iterdir() if p.name != "SOURCES.md")
@@ -233,7 +233,7 @@ def test_points_are_accepted_by_influxdb(influxdb1) -> None:
     [series] = influxdb1.series(
         "SELECT geopm_policy FROM geopm_report WHERE agent='StaticAgent'", db="geopm"
     )
-    # the nested Policy block: one line per entry; hpcmon.points writes a line break in a
+    # the nested Policy block: one line per entry; post_job.points writes a line break in a
     # string field as a literal backslash-n (a raw one would split the line-protocol line)
     assert sorted(row[1] for row in series["values"]) == [
         "Initial Controls: {}",

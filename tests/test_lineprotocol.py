@@ -1,4 +1,4 @@
-"""Line-protocol encoding (hpcmon.points): hostile names and values read back from a real
+"""Line-protocol encoding (post_job.points): hostile names and values read back from a real
 InfluxDB 1.6.7 exactly as written (the one documented exception: a backslash ending a tag
 value, which InfluxDB 1.x cannot store, reads back as U+29F5)."""
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcmon.points import UNSTORABLE_BACKSLASH, Point, format_field
+from post_job.points import UNSTORABLE_BACKSLASH, Point, format_field
 from tests import servers
 
 HOSTILE = [

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from hpcmon.points import Point, to_lines
 from post_job import sources
 from post_job.cli import UsageError, build_parser, main, source_requests, writer_settings
 from post_job.lines import points_to_lines
 from post_job.model import JobContext, SourceOutput
+from post_job.points import Point, to_lines
 from tests import servers
 
 DATA = Path(__file__).parent / "data" / "post_job_frame"
@@ -40,7 +40,7 @@ def write_source_module(directory: Path, name: str, body: str) -> str:
 
 JSON_SOURCE = """
     import json
-    from hpcmon.points import Point
+    from post_job.points import Point
     from post_job.model import SourceOutput
 
     def collect(paths, job, **options):

@@ -15,11 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hpcmon.points import Point, to_lines
 from post_job import spool as spool_module
 from post_job.cli import main
 from post_job.delivery import WriterSettings, ship, ship_to_server
 from post_job.model import JobContext
+from post_job.points import Point, to_lines
 from post_job.spool import (
     Spool,
     SpoolFileError,

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcmon.points import Point, to_lines
 from post_job.delivery import WriterSettings, ship, ship_to_server
+from post_job.points import Point, to_lines
 from post_job.writers import (
     Deadline,
     InfluxV1Writer,

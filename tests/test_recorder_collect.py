@@ -8,8 +8,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcmon.points import to_lines
 from post_job.model import JobContext
+from post_job.points import to_lines
 from post_job.recorder import collect_recorder
 from tests.test_recorder_reader import DATA, TRACES, copy_trace
 

@@ -10,8 +10,8 @@ from collections import defaultdict
 
 import pytest
 
-from hpcmon.points import to_lines
 from post_job.model import JobContext
+from post_job.points import to_lines
 from post_job.viztracer import collect_viztracer
 from tests.test_viztracer_support import DATA, brute_force_nesting, complete_events
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from hpcmon.points import Point
 from hpcmon.timeutil import seconds_to_ns
 from post_job.darshan.model import JobInfo
 from post_job.darshan.signals import NA, LogSignals, RecordSignals, Value
+from post_job.points import Point
 
 
 def _fields(values: dict[str, Value]) -> dict[str, int | float | str]:

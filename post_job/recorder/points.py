@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from hpcmon.points import Point
 from hpcmon.timeutil import seconds_to_ns
+from post_job.points import Point
 from post_job.recorder.dataframe import RecorderDataFrame
 from post_job.recorder.model import function_type
 
