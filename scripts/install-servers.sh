@@ -7,7 +7,23 @@ command -v influxd >/dev/null 2>&1 || need+=(influxdb)
 command -v victoria-metrics >/dev/null 2>&1 && command -v vmagent >/dev/null 2>&1 \
     && command -v vmalert >/dev/null 2>&1 || need+=(victoria-metrics)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)  # the report's HTML test
+
+# The packages enable their services at boot, listening on all interfaces; the tests and the
+# demo start private instances on loopback instead: keep the system ones disabled.
+disable_services() {
+    [ "$(id -u)" -eq 0 ] || return 0
+    for unit in prometheus influxdb victoria-metrics; do
+        if [ -e "/lib/systemd/system/$unit.service" ] && command -v deb-systemd-helper >/dev/null; then
+            deb-systemd-helper disable "$unit.service" >/dev/null 2>&1 || true
+        fi
+        if [ -e "/etc/init.d/$unit" ] && command -v update-rc.d >/dev/null; then
+            update-rc.d "$unit" disable >/dev/null 2>&1 || true
+        fi
+    done
+}
+
 if [ ${#need[@]} -eq 0 ]; then
+    disable_services
     exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then
@@ -26,3 +42,4 @@ if [ ! -e /usr/sbin/policy-rc.d ]; then
 fi
 apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${need[@]}"
 rm -f /usr/sbin/policy-rc.d.hpcmon
+disable_services

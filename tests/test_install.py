@@ -113,3 +113,12 @@ def test_systemd_unit_and_epilog_use_the_documented_install_location() -> None:
     assert "ExecStart=/opt/hpcmon/bin/hpcmon-exporter" in unit
     assert "${HPCMON_POST_JOB:-/opt/hpcmon/bin/hpcmon-post-job}" in epilog
     assert "python3 -m venv /opt/hpcmon" in (ROOT / "README.md").read_text()
+
+
+@pytest.mark.skipif(not Path("/lib/systemd/system/prometheus.service").exists(), reason="no unit")
+def test_debian_services_of_the_test_servers_stay_disabled() -> None:
+    """scripts/install-servers.sh: the packages' own services would start at boot listening on
+    all interfaces; the tests and the demo use private loopback instances instead."""
+    for unit in ("prometheus", "influxdb", "victoria-metrics"):
+        assert not Path(f"/etc/systemd/system/multi-user.target.wants/{unit}.service").exists()
+        assert not list(Path("/etc").glob(f"rc[2-5].d/S*{unit}"))
