@@ -62,6 +62,7 @@ class Config:
     rates_from: str = "counters"  # counters: rate() on _total; gauges: the exporter's rates
     top_jobs: int = 10
     rule_interval: str = "1m"
+    longterm_interval: str = "5m"  # the long-term store's recorded series (hpcmon:*:avg5m)
     thresholds: Thresholds = field(default_factory=Thresholds)
 
 
@@ -124,6 +125,7 @@ def validate(config: Config) -> Config:
     if not config.jobstats_scrape_job or '"' in config.jobstats_scrape_job:
         raise ConfigError("jobstats_scrape_job: a non-empty name without quotes")
     durations = {"rule_interval": config.rule_interval}
+    durations["longterm_interval"] = config.longterm_interval
     durations.update(
         {
             f"thresholds.{f.name}": getattr(config.thresholds, f.name)

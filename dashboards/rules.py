@@ -262,6 +262,40 @@ def alert_rules(config: Config) -> list[dict[str, Any]]:
     ]
 
 
+def longterm_rules(config: Config) -> list[dict[str, Any]]:
+    """Per-job and per-target aggregates without the job x target product, every 5 minutes:
+    what a long-term store keeps, so views older than a day need no raw per-job series."""
+    job = ", ".join(x for x in (config.cluster_label, *_job_labels(config)) if x)
+    target = ", ".join(x for x in (config.cluster_label, "component", "target") if x)
+    window = "[5m]"
+
+    def avg(series: str) -> str:
+        return f"avg_over_time({series}{window})"
+
+    active = f"sum without (direction) ({avg(JOB_TARGET_BYTES)}) > 0"
+    return [
+        {"record": "hpcmon:lustre_target_bytes:avg5m", "expr": avg(TARGET_BYTES)},
+        {"record": "hpcmon:lustre_job_bytes:avg5m", "expr": avg(JOB_BYTES)},
+        {
+            "record": "hpcmon:lustre_job_component_bytes:avg5m",
+            "expr": f"sum by ({job}, component, direction) ({avg(JOB_TARGET_BYTES)})",
+        },
+        {"record": "hpcmon:lustre_job_write_ops:avg5m", "expr": avg(JOB_WRITE_OPS)},
+        {"record": "hpcmon:lustre_job_metadata_ops:avg5m", "expr": avg(JOB_METADATA_OPS)},
+        {"record": "hpcmon:lustre_job_targets:count5m", "expr": f"count by ({job}) ({active})"},
+        {"record": "hpcmon:lustre_target_jobs:count5m", "expr": f"count by ({target}) ({active})"},
+        {
+            "record": "hpcmon:lustre_target_top_job_share:max5m",
+            "expr": (
+                f"max by ({target}, direction) ({avg(JOB_TARGET_BYTES)})\n"
+                f"/ on ({target}, direction) ({avg(TARGET_BYTES)} > 0)"
+            ),
+        },
+        {"record": "hpcmon:node_power_watts:avg5m", "expr": avg(NODE_POWER)},
+        {"record": "hpcmon:job_power_watts:avg5m", "expr": avg(JOB_POWER)},
+    ]
+
+
 def rule_files(config: Config) -> dict[str, dict[str, Any]]:
     """File name -> Prometheus rule file content."""
     return {
@@ -280,6 +314,15 @@ def rule_files(config: Config) -> dict[str, dict[str, Any]]:
                     "name": "hpcmon-alerts",
                     "interval": config.rule_interval,
                     "rules": alert_rules(config),
+                }
+            ]
+        },
+        "hpcmon-longterm.yaml": {
+            "groups": [
+                {
+                    "name": "hpcmon-longterm",
+                    "interval": config.longterm_interval,
+                    "rules": longterm_rules(config),
                 }
             ]
         },

@@ -70,6 +70,7 @@ def test_generate_writes_every_file_the_same_twice(tmp_path: Path) -> None:
         "provisioning/dashboards/hpcmon.yaml",
         "provisioning/datasources/hpcmon.yaml",
         "rules/hpcmon-alerts.yaml",
+        "rules/hpcmon-longterm.yaml",
         "rules/hpcmon-recording.yaml",
     ]
     assert _cli("lint", str(tmp_path / "a")).returncode == 0
@@ -137,7 +138,7 @@ def test_any_config_loads_or_says_why(tmp_path_factory, data) -> None:
         assert str(exc).startswith(str(path))
         return
     generated = generate.files(config)
-    assert len(generated) == 6
+    assert len(generated) == 7
 
 
 def _validators() -> tuple[jsonschema.Draft7Validator, dict]:

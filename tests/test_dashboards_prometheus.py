@@ -24,6 +24,7 @@ pytestmark = pytest.mark.integration
 LIVE_CONFIG = {
     "jobid_labels": ["uid"],
     "rule_interval": "1s",
+    "longterm_interval": "1s",
     "thresholds": {
         "target_spike_factor": 0,
         "target_spike_min_bytes_per_second": 0,

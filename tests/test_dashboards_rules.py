@@ -112,6 +112,7 @@ def test_promtool_check_rules_default_and_custom(tmp_path: Path) -> None:
         assert result.returncode == 0, result.stdout + result.stderr
         assert "SUCCESS: 10 rules found" in result.stdout  # recording
         assert "SUCCESS: 7 rules found" in result.stdout  # alerts
+        assert result.stdout.count("SUCCESS: 10 rules found") == 2  # recording, long-term
 
 
 def test_promtool_check_rules_catches_a_broken_rule(tmp_path: Path) -> None:
@@ -502,3 +503,59 @@ def test_job_power_splits_shared_nodes(tmp_path: Path) -> None:
         }
     ]
     _run(tmp_path, dashboards_config.Config(), tests)
+
+
+def test_longterm_rules_keep_jobs_and_targets_apart(tmp_path: Path) -> None:
+    """The long-term group's aggregates from the 5-minute recorded series: the busiest job's
+    share of each target (0.75, 1), targets per job (2, 1), jobs per target (2, 1), bytes per
+    job and component (350, 100), and 5-minute averages (75 = mean of 50..100 at 1-minute
+    steps: Prometheus 2.x ranges include both ends)."""
+    direction = 'direction="write"'
+    series = Series()
+    for job, target, rate in (("a", "t0", 300), ("b", "t0", 100), ("a", "t1", 50)):
+        series.add(
+            rules.JOB_TARGET_BYTES,
+            f'jobid="{job}", component="ost", target="{target}", {direction}',
+            [rate] * 21,
+        )
+    for target, rate in (("t0", 400), ("t1", 50)):
+        series.add(
+            rules.TARGET_BYTES, f'component="ost", target="{target}", {direction}', [rate] * 21
+        )
+    series.add(rules.JOB_BYTES, f'jobid="a", {direction}', [10 * i for i in range(21)])
+
+    def samples(record: str, *expected: tuple[str, float]) -> dict:
+        return {
+            "expr": record,
+            "eval_time": "10m",
+            "exp_samples": [
+                {"labels": f"{record}{{{labels}}}", "value": value} for labels, value in expected
+            ],
+        }
+
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": series.items,
+            "promql_expr_test": [
+                samples(
+                    "hpcmon:lustre_target_top_job_share:max5m",
+                    (f'component="ost", target="t0", {direction}', 0.75),
+                    (f'component="ost", target="t1", {direction}', 1),
+                ),
+                samples("hpcmon:lustre_job_targets:count5m", ('jobid="a"', 2), ('jobid="b"', 1)),
+                samples(
+                    "hpcmon:lustre_target_jobs:count5m",
+                    ('component="ost", target="t0"', 2),
+                    ('component="ost", target="t1"', 1),
+                ),
+                samples(
+                    "hpcmon:lustre_job_component_bytes:avg5m",
+                    (f'jobid="a", component="ost", {direction}', 350),
+                    (f'jobid="b", component="ost", {direction}', 100),
+                ),
+                samples("hpcmon:lustre_job_bytes:avg5m", (f'jobid="a", {direction}', 75)),
+            ],
+        }
+    ]
+    _run(tmp_path, dashboards_config.Config(longterm_interval="5m"), tests)

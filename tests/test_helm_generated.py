@@ -52,6 +52,7 @@ def test_generator_writes_what_the_chart_reads(generated: Path) -> None:
     assert list((generated / "dashboards").glob("*.json"))
     assert sorted(p.name for p in (generated / "rules").glob("*.yaml")) == [
         "hpcmon-alerts.yaml",
+        "hpcmon-longterm.yaml",
         "hpcmon-recording.yaml",
     ]
     assert list((generated / "provisioning" / "datasources").glob("*.yaml"))
