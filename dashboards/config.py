@@ -66,6 +66,12 @@ class Config:
     thresholds: Thresholds = field(default_factory=Thresholds)
 
 
+def duration_seconds(duration: str) -> float:
+    """A Prometheus duration (e.g. 1h30m) in seconds."""
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+    return sum(int(n) * units[u] for n, u in re.findall(r"(\d+)(ms|s|m|h|d|w|y)", duration))
+
+
 def _check_value(key: str, value: Any, expected: Any) -> Any:
     """Coerce what YAML gives to the declared type, or say which key is wrong."""
     if expected is float:

@@ -8,13 +8,12 @@ recorded series only, so `rates_from: counters` and `rates_from: gauges` give th
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 from hpcmon import metric_names as m
 
 from . import promql
-from .config import MIB, Config
+from .config import MIB, Config, duration_seconds
 from .uids import JOB_UID, OVERVIEW_UID
 
 WINDOW = "5m"
@@ -112,11 +111,6 @@ def _link(config: Config, uid: str, variables: dict[str, str], lookback_seconds:
     return f"{config.grafana_url.rstrip('/')}/d/{uid}/{uid}?{query + '&' if query else ''}{window}"
 
 
-def _seconds(duration: str) -> float:
-    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
-    return sum(int(n) * units[u] for n, u in re.findall(r"(\d+)(ms|s|m|h|d|w|y)", duration))
-
-
 def _number(value: float) -> str:
     """A threshold in PromQL, exactly (1 GiB is 1073741824, not 1.07374e+09)."""
     return str(int(value)) if value == int(value) else repr(value)
@@ -129,15 +123,17 @@ def alert_rules(config: Config) -> list[dict[str, Any]]:
     job_by = _by(config, *_job_labels(config))
 
     def job_link(duration: str) -> str:
-        return _link(config, JOB_UID, {"jobid": "$labels.jobid"}, int(_seconds(duration)) + 3600)
+        return _link(
+            config, JOB_UID, {"jobid": "$labels.jobid"}, int(duration_seconds(duration)) + 3600
+        )
 
     def overview_link(duration: str, **variables: str) -> str:
-        return _link(config, OVERVIEW_UID, variables, int(_seconds(duration)) + 3600)
+        return _link(config, OVERVIEW_UID, variables, int(duration_seconds(duration)) + 3600)
 
     # A baseline needs history: a target that just appeared (or a store that just started)
     # has no 24 h average to compare with, only its first minutes.
     baseline = f"{TARGET_BYTES}[{t.target_spike_baseline}] offset {t.target_spike_baseline_offset}"
-    samples = _seconds(t.target_spike_baseline) / _seconds(config.rule_interval)
+    samples = duration_seconds(t.target_spike_baseline) / duration_seconds(config.rule_interval)
     return [
         {
             "alert": "LustreTargetIOSpike",

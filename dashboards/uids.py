@@ -2,3 +2,4 @@
 
 OVERVIEW_UID = "hpcmon-overview"
 JOB_UID = "hpcmon-job"
+LONGTERM_UID = "hpcmon-longterm"

@@ -66,6 +66,7 @@ def test_generate_writes_every_file_the_same_twice(tmp_path: Path) -> None:
     assert outputs[0] == outputs[1]
     assert sorted(outputs[0]) == [
         f"dashboards/{JOB_UID}.json",
+        "dashboards/hpcmon-longterm.json",
         f"dashboards/{OVERVIEW_UID}.json",
         "provisioning/dashboards/hpcmon.yaml",
         "provisioning/datasources/hpcmon.yaml",
@@ -138,7 +139,7 @@ def test_any_config_loads_or_says_why(tmp_path_factory, data) -> None:
         assert str(exc).startswith(str(path))
         return
     generated = generate.files(config)
-    assert len(generated) == 7
+    assert len(generated) == 8
 
 
 def _validators() -> tuple[jsonschema.Draft7Validator, dict]:
