@@ -49,10 +49,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from devtools.servers import run_exporter  # noqa: E402
 from exporter.jobstats import parser as jobstats_parser  # noqa: E402
 from exporter.jobstats.collector import JobstatsCollector  # noqa: E402
 from exporter.jobstats.parser import parse_text  # noqa: E402
-from hpcmon.servers import run_exporter  # noqa: E402
 
 DATA = REPO / "tests" / "data" / "jobstats"
 REAL = sorted(DATA.glob("*pr149*lustre2.12.5.txt"))

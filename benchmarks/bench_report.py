@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from timing import median_seconds  # noqa: E402
 
-from hpcmon.servers import run_influxdb1  # noqa: E402
+from devtools.servers import run_influxdb1  # noqa: E402
 from post_job.darshan.model import DarshanLog, HeatmapRecord, JobInfo, ModuleTable  # noqa: E402
 from post_job.darshan.points import log_points  # noqa: E402
 from post_job.darshan.signals import compute_signals  # noqa: E402

@@ -27,8 +27,8 @@ import yaml
 from dashboards import config as dashboards_config
 from dashboards import generate as dashboards_generate
 from dashboards import rules as dashboards_rules
-from exporter.replay import load_sections, render, write_atomically
-from hpcmon.servers import (
+from devtools.replay import load_sections, render, write_atomically
+from devtools.servers import (
     InfluxDB1,
     Prometheus,
     run_exporter,

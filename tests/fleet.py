@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from exporter.replay import _Section, load_sections
+from devtools.replay import _Section, load_sections
+from devtools.servers import REPO_ROOT, ExporterProcess, free_port, loopback_env, wait_port
 from hpcmon.process import stop_process
-from hpcmon.servers import REPO_ROOT, ExporterProcess, free_port, loopback_env, wait_port
 
 DATA = Path(__file__).parent / "data"
 # A real Lustre 2.10.1 OST capture (35 jobs); each fleet member serves it as its own OST.

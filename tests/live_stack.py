@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.replay import load_sections, render, write_atomically
-from hpcmon.servers import ExporterProcess, Prometheus, free_port, run_exporter, run_prometheus
+from devtools.replay import load_sections, render, write_atomically
+from devtools.servers import ExporterProcess, Prometheus, free_port, run_exporter, run_prometheus
 from tests.test_geopm_helpers import write_zone
 from tests.test_geopm_integration import START_UJ, EnergyWriter
 

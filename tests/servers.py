@@ -1,7 +1,7 @@
-"""Real-server helpers for tests; implemented in hpcmon.servers (the demo uses them too)."""
+"""Real-server helpers for tests; implemented in devtools.servers (the demo uses them too)."""
 
-from hpcmon.servers import *  # noqa: F401,F403
-from hpcmon.servers import (  # noqa: F401
+from devtools.servers import *  # noqa: F401,F403
+from devtools.servers import (  # noqa: F401
     InfluxDB1,
     Prometheus,
     Server,

@@ -13,8 +13,8 @@ import yaml
 
 from dashboards import config as dashboards_config
 from dashboards import generate, lint, rules
+from devtools.servers import http_get
 from hpcmon import metric_names
-from hpcmon.servers import http_get
 from tests.live_stack import SCRAPE_JOB, LiveStack, run_live_stack
 
 pytestmark = pytest.mark.integration

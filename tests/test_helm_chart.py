@@ -736,7 +736,7 @@ def settled_targets(url: str, total: int, timeout: float = 30.0) -> list[dict[st
     """Active targets once every static target is either active or dropped."""
     import time
 
-    from hpcmon.servers import http_get
+    from devtools.servers import http_get
 
     deadline = time.monotonic() + timeout
     while True:
@@ -753,7 +753,7 @@ def test_hashmod_shards_scrape_every_exporter_exactly_once(case: str) -> None:
     """Each shard's real scrape configuration, its discovery replaced by the same targets as
     static ones, loaded into a real Prometheus: every exporter is active in exactly one shard,
     with its job label; other releases, ports and Services without a job are dropped."""
-    from hpcmon.servers import run_prometheus
+    from devtools.servers import run_prometheus
 
     exporters = [f"192.0.2.{n}:19325" for n in range(1, 41)]
     static = [discovered(a, "hpcmon-jobstats" if n % 2 else "hpcmon-compute")

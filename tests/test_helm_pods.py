@@ -27,9 +27,9 @@ import bcrypt
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from devtools.servers import http_get, loopback_env, run_exporter
 from exporter.geopm.model import BackendError
 from exporter.geopm.powercap import PowercapBackend
-from hpcmon.servers import http_get, loopback_env, run_exporter
 from post_job.spool import Spool
 from tests.test_helm_chart import case_values, chart, of_kind, render
 

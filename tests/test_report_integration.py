@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from devtools.demo import POST_JOB_INPUTS
-from exporter.replay import load_sections, render, write_atomically
+from devtools.replay import load_sections, render, write_atomically
 from report.api import Sources, collect
 from report.influx import InfluxSettings, read_job_rows
 from report.insights import diagnose

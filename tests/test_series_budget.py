@@ -12,7 +12,7 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from hpcmon.servers import REPO_ROOT, http_get, run_exporter
+from devtools.servers import REPO_ROOT, http_get, run_exporter
 from tests.jobstats_synth import write_server
 
 SIZES = {"small": (1, 7), "medium": (3, 120), "large": (6, 900)}  # (targets, jobs per target)

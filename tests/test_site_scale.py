@@ -18,7 +18,7 @@ import yaml
 
 from dashboards import config as dashboards_config
 from dashboards import generate, lint
-from hpcmon.servers import (
+from devtools.servers import (
     Prometheus,
     VictoriaMetrics,
     VMAgent,
