@@ -29,18 +29,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from timing import median_seconds  # noqa: E402
-
-from post_job.darshan import collect_darshan  # noqa: E402
-from post_job.darshan.model import IO_MODULES  # noqa: E402
-from post_job.darshan.points import log_points  # noqa: E402
-from post_job.darshan.reader_pydarshan import (  # noqa: E402
+from hpcmon.post_job.darshan import collect_darshan  # noqa: E402
+from hpcmon.post_job.darshan.model import IO_MODULES  # noqa: E402
+from hpcmon.post_job.darshan.points import log_points  # noqa: E402
+from hpcmon.post_job.darshan.reader_pydarshan import (  # noqa: E402
     close_reader_child,
     read_darshan_log,
     read_darshan_logs_isolated,
 )
-from post_job.darshan.signals import compute_signals  # noqa: E402
-from post_job.model import JobContext  # noqa: E402
+from hpcmon.post_job.darshan.signals import compute_signals  # noqa: E402
+from hpcmon.post_job.model import JobContext  # noqa: E402
+from timing import median_seconds  # noqa: E402
 
 LOGS = ROOT / "tests" / "data" / "darshan" / "logs"
 BIG_LOGS = {
@@ -85,7 +84,7 @@ def first_log(path: Path) -> None:
     for it (a new run starts without one)."""
     import os
 
-    from post_job.darshan import reader_pydarshan
+    from hpcmon.post_job.darshan import reader_pydarshan
 
     isolated(path)
     close_reader_child()

@@ -13,7 +13,7 @@ synthetic set it parses one of the eight OST files and the figure is multiplied 
 In this process (``sample()`` of a collector): ``cold`` = first sample of a new exporter;
 ``same`` = the files did not change since the previous scrape; ``changing`` = every non-zero
 counter grew since the previous scrape (the worst realistic case).
-In a separate process, the real exporter (``python -m exporter``, procfs source, a sample per
+In a separate process, the real exporter (``python -m hpcmon.exporter``, procfs source, a sample per
 scrape): the median time of a full HTTP scrape, read to the last byte, and the exporter's peak
 RSS (VmHWM: sampling and serving included) and RSS after the last scrape. Bytes on the wire of
 the 6-OST scrape, plain and gzip.
@@ -49,10 +49,11 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from hpcmon.exporter.jobstats import parser as jobstats_parser  # noqa: E402
+from hpcmon.exporter.jobstats.collector import JobstatsCollector  # noqa: E402
+from hpcmon.exporter.jobstats.parser import parse_text  # noqa: E402
+
 from devtools.servers import run_exporter  # noqa: E402
-from exporter.jobstats import parser as jobstats_parser  # noqa: E402
-from exporter.jobstats.collector import JobstatsCollector  # noqa: E402
-from exporter.jobstats.parser import parse_text  # noqa: E402
 
 DATA = REPO / "tests" / "data" / "jobstats"
 REAL = sorted(DATA.glob("*pr149*lustre2.12.5.txt"))

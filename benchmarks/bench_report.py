@@ -33,18 +33,18 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from hpcmon.post_job.darshan.model import DarshanLog, HeatmapRecord, JobInfo, ModuleTable  # noqa: E402
+from hpcmon.post_job.darshan.points import log_points  # noqa: E402
+from hpcmon.post_job.darshan.signals import compute_signals  # noqa: E402
+from hpcmon.post_job.points import to_lines  # noqa: E402
+from hpcmon.report.api import Sources, build, collect, render  # noqa: E402
+from hpcmon.report.darshan_log import darshan_from_log_objects  # noqa: E402
+from hpcmon.report.influx import InfluxSettings  # noqa: E402
+from hpcmon.report.model import FunctionStat, JobData, PrometheusData, Series, TargetUse  # noqa: E402
+from hpcmon.report.records import darshan_from_rows, rows_from_points  # noqa: E402
 from timing import median_seconds  # noqa: E402
 
 from devtools.servers import run_influxdb1  # noqa: E402
-from post_job.darshan.model import DarshanLog, HeatmapRecord, JobInfo, ModuleTable  # noqa: E402
-from post_job.darshan.points import log_points  # noqa: E402
-from post_job.darshan.signals import compute_signals  # noqa: E402
-from post_job.points import to_lines  # noqa: E402
-from report.api import Sources, build, collect, render  # noqa: E402
-from report.darshan_log import darshan_from_log_objects  # noqa: E402
-from report.influx import InfluxSettings  # noqa: E402
-from report.model import FunctionStat, JobData, PrometheusData, Series, TargetUse  # noqa: E402
-from report.records import darshan_from_rows, rows_from_points  # noqa: E402
 
 RANKS = 1000
 START = 1_700_000_000
@@ -179,7 +179,7 @@ def main() -> int:
         ours = [
             sys.executable,
             "-m",
-            "report",
+            "hpcmon.report",
             "--job-id",
             "1",
             "--darshan",

@@ -98,7 +98,7 @@ class Growing(threading.Thread):
 
 def budget(*flags: str) -> dict:
     out = subprocess.run(
-        [sys.executable, "-m", "exporter", "--print-series-budget", "--site.json", *flags],
+        [sys.executable, "-m", "hpcmon.exporter", "--print-series-budget", "--site.json", *flags],
         capture_output=True, text=True, check=True, cwd=REPO,
     ).stdout  # fmt: skip
     return json.loads(out)

@@ -28,8 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from post_job.viztracer import read_and_clean  # noqa: E402
-from post_job.viztracer.cleaning import (  # noqa: E402
+from hpcmon.post_job.viztracer import read_and_clean  # noqa: E402
+from hpcmon.post_job.viztracer.cleaning import (  # noqa: E402
     AGGREGATE_FIRST,
     FILTER_FIRST,
     CleaningOptions,
@@ -38,7 +38,7 @@ from post_job.viztracer.cleaning import (  # noqa: E402
     function_totals,
     total_time_error,
 )
-from post_job.viztracer.reader import read_trace  # noqa: E402
+from hpcmon.post_job.viztracer.reader import read_trace  # noqa: E402
 
 BIG_TRACE = ROOT / "benchmarks" / "data" / "viztracer" / "big_1M.json.gz"
 SMALL_TRACES = ROOT / "tests" / "data" / "viztracer"

@@ -1,3 +1,3 @@
-from dashboards.cli import main
+from hpcmon.dashboards.cli import main
 
 raise SystemExit(main())

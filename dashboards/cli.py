@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from hpcmon.config import ConfigError
+from hpcmon.common.config import ConfigError
 
 from . import config as dashboards_config
 from . import generate, lint

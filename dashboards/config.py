@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from hpcmon.config import ConfigError, load_yaml_mapping
+from hpcmon.common.config import ConfigError, load_yaml_mapping
 
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from grafanalib import core
 
-from hpcmon import metric_names as m
+from hpcmon.common import metric_names as m
 
 from . import grafana as g
 from . import promql, rules

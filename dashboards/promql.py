@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcmon import metric_names as m
+from hpcmon.common import metric_names as m
 
 from .config import Config
 

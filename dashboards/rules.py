@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from hpcmon import metric_names as m
+from hpcmon.common import metric_names as m
 
 from . import promql
 from .config import MIB, Config, duration_seconds

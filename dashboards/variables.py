@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from grafanalib import core
 
-from hpcmon import metric_names as m
+from hpcmon.common import metric_names as m
 
 from .config import Config
 from .grafana import DATASOURCE_VARIABLE, INFLUXDB, PROMETHEUS, datasource

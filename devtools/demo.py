@@ -23,10 +23,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
+from hpcmon.dashboards import config as dashboards_config
+from hpcmon.dashboards import generate as dashboards_generate
+from hpcmon.dashboards import rules as dashboards_rules
 
-from dashboards import config as dashboards_config
-from dashboards import generate as dashboards_generate
-from dashboards import rules as dashboards_rules
 from devtools.replay import load_sections, render, write_atomically
 from devtools.servers import (
     InfluxDB1,
@@ -212,7 +212,7 @@ def _post_job_demo(influx: InfluxDB1, workdir: Path) -> str:
     command = [
         sys.executable,
         "-m",
-        "post_job",
+        "hpcmon.post_job",
         "--job-id",
         DEMO_JOB,
         "--cluster",

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from hpcmon.process import stop_process
+from hpcmon.common.process import stop_process
 
 
 def free_port() -> int:
@@ -421,12 +421,18 @@ def wait_port(port: int, proc: subprocess.Popen, log_path: Path, timeout: float 
 def run_exporter(
     args: Sequence[str], workdir: Path, timeout: float = 30.0
 ) -> Iterator[ExporterProcess]:
-    """``python -m exporter ARGS`` on a free loopback port, its output in workdir/exporter.log."""
+    """``python -m hpcmon.exporter ARGS`` on a free port; its output in workdir/exporter.log."""
     port = free_port()
     log_path = workdir / "exporter.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "exporter", f"--web.listen-address=127.0.0.1:{port}", *args],
+            [
+                sys.executable,
+                "-m",
+                "hpcmon.exporter",
+                f"--web.listen-address=127.0.0.1:{port}",
+                *args,
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=REPO_ROOT,

@@ -18,9 +18,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from report.darshan_log import darshan_from_logs  # noqa: E402
-from report.insights import diagnose  # noqa: E402
-from report.model import JobData  # noqa: E402
+from hpcmon.report.darshan_log import darshan_from_logs  # noqa: E402
+from hpcmon.report.insights import diagnose  # noqa: E402
+from hpcmon.report.model import JobData  # noqa: E402
+
 from tests.report_drishti import COVERED, drishti_codes  # noqa: E402
 
 

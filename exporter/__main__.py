@@ -1,3 +1,3 @@
-from exporter.cli import main
+from hpcmon.exporter.cli import main
 
 raise SystemExit(main())

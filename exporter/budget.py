@@ -31,10 +31,9 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from hpcmon.exporter.collector import count_flag
+from hpcmon.exporter.jobstats.collector import RATE_KINDS, _operations, rate_kinds
 from prometheus_client import REGISTRY, generate_latest
-
-from exporter.collector import count_flag
-from exporter.jobstats.collector import RATE_KINDS, _operations, rate_kinds
 
 # Operations a Lustre 2.15 target lists for every job (read_bytes/write_bytes included).
 OST_OPERATIONS = (
@@ -69,7 +68,7 @@ class Budget:
 
 def process_series() -> int:
     """Series prometheus-client adds to every exporter (process_*, python_*), on this host."""
-    from exporter.cli import available_collectors
+    from hpcmon.exporter.cli import available_collectors
 
     available_collectors()  # the modules the exporter imports, in case one registers
     text = generate_latest(REGISTRY).decode()

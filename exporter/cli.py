@@ -11,12 +11,11 @@ import threading
 import time
 from collections.abc import Sequence
 
+from hpcmon.exporter.collector import LOG_FORMAT, Collector, ProblemLog, add_flag
+from hpcmon.exporter.exposition import Compressed, Part, render_families
+from hpcmon.exporter.web import listen_address_flag, load_web_config, make_server
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.core import GaugeMetricFamily
-
-from exporter.collector import LOG_FORMAT, Collector, ProblemLog, add_flag
-from exporter.exposition import Compressed, Part, render_families
-from exporter.web import listen_address_flag, load_web_config, make_server
 
 log = logging.getLogger("hpcmon.exporter")
 
@@ -24,9 +23,9 @@ DEFAULT_LISTEN_ADDRESS = "127.0.0.1:19325"
 
 # name -> "module:Class"; a module that is not present is simply not offered.
 COLLECTOR_PATHS: dict[str, str] = {
-    "jobstats": "exporter.jobstats.collector:JobstatsCollector",
-    "geopm": "exporter.geopm.collector:GeopmCollector",
-    "jobs": "exporter.node_jobs:NodeJobsCollector",
+    "jobstats": "hpcmon.exporter.jobstats.collector:JobstatsCollector",
+    "geopm": "hpcmon.exporter.geopm.collector:GeopmCollector",
+    "jobs": "hpcmon.exporter.node_jobs:NodeJobsCollector",
 }
 
 
@@ -141,7 +140,7 @@ LANDING_PAGE = """<!DOCTYPE html>
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--print-series-budget" in argv:
-        from exporter import budget
+        from hpcmon.exporter import budget
 
         argv.remove("--print-series-budget")
         return budget.main(argv)

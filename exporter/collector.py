@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from exporter.exposition import Compressed
+from hpcmon.exporter.exposition import Compressed
 
 log = logging.getLogger("hpcmon.exporter")
 

@@ -20,10 +20,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpcmon.exporter.collector import Collector, ProblemLog, add_flag
+from hpcmon.exporter.exposition import render_families
 from prometheus_client.core import GaugeMetricFamily
-
-from exporter.collector import Collector, ProblemLog, add_flag
-from exporter.exposition import render_families
 
 log = logging.getLogger("hpcmon.exporter.jobs")
 

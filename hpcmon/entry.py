@@ -9,12 +9,12 @@ import sys
 
 # command -> (module with main(), the extra that brings its dependencies)
 COMMANDS = {
-    "hpcmon-exporter": ("exporter.cli", "exporter"),
-    "hpcmon-post-job": ("post_job.cli", "post-job"),
-    "hpcmon-dashboards": ("dashboards.cli", "dashboards"),
-    "hpcmon-report": ("report.cli", "report"),
+    "hpcmon-exporter": ("hpcmon.exporter.cli", "exporter"),
+    "hpcmon-post-job": ("hpcmon.post_job.cli", "post-job"),
+    "hpcmon-dashboards": ("hpcmon.dashboards.cli", "dashboards"),
+    "hpcmon-report": ("hpcmon.report.cli", "report"),
 }
-_OWN_PACKAGES = {"hpcmon", "exporter", "post_job", "dashboards", "report"}
+_OWN_PACKAGES = {"hpcmon"}
 
 
 def run(command: str) -> int:

@@ -1,3 +1,3 @@
-from post_job.cli import main
+from hpcmon.post_job.cli import main
 
 raise SystemExit(main())

@@ -16,13 +16,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from hpcmon.jobid import job_id_problem, user_name_problem
-from post_job.delivery import WriterSettings, flush
-from post_job.hook import RunReport, run_job
-from post_job.lifetime import PROG, Watchdog, configure_logging, sending_deadline, stop_on_sigterm
-from post_job.model import JobContext
-from post_job.options import add_flag, option
-from post_job.sources import SourceRequest
+from hpcmon.post_job.delivery import WriterSettings, flush
+from hpcmon.post_job.hook import RunReport, run_job
+from hpcmon.post_job.lifetime import (
+    PROG,
+    Watchdog,
+    configure_logging,
+    sending_deadline,
+    stop_on_sigterm,
+)
+from hpcmon.post_job.model import JobContext
+from hpcmon.post_job.options import add_flag, option
+from hpcmon.post_job.sources import SourceRequest
+
+from hpcmon.common.jobid import job_id_problem, user_name_problem
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 # The only flags that go with --slurm-epilog (everything else comes from the config file).
@@ -277,7 +284,7 @@ def main_flush(argv: Sequence[str]) -> int:
 
 def main_epilog(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     """``--slurm-epilog``: everything but the config path comes from Slurm and the config."""
-    from post_job.epilog import run_epilog
+    from hpcmon.post_job.epilog import run_epilog
 
     status = EXIT_USAGE if options.strict else EXIT_OK
     others = _flags_given(parser, options, EPILOG_FLAGS)

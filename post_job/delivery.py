@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from post_job.lifetime import GUARD
-from post_job.spool import ReplayResult, Spool, replay
-from post_job.writers import (
+from hpcmon.post_job.lifetime import GUARD
+from hpcmon.post_job.spool import ReplayResult, Spool, replay
+from hpcmon.post_job.writers import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_TIMEOUT_SECONDS,
     Deadline,

@@ -18,20 +18,21 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from hpcmon.config import ConfigError
-from post_job.delivery import WriterSettings
-from post_job.epilog_config import (
+from hpcmon.post_job.delivery import WriterSettings
+from hpcmon.post_job.epilog_config import (
     SOURCE_INPUTS,
     EpilogConfig,
     load_config,
 )
-from post_job.hook import run_job
-from post_job.job_report import write_job_report
-from post_job.lifetime import Watchdog, configure_logging, sending_deadline, stop_on_sigterm
-from post_job.model import JobContext
-from post_job.patterns import find_files, job_days, output_path
-from post_job.slurm import SlurmEnvironmentError, SlurmJob, slurm_job
-from post_job.sources import SourceRequest
+from hpcmon.post_job.hook import run_job
+from hpcmon.post_job.job_report import write_job_report
+from hpcmon.post_job.lifetime import Watchdog, configure_logging, sending_deadline, stop_on_sigterm
+from hpcmon.post_job.model import JobContext
+from hpcmon.post_job.patterns import find_files, job_days, output_path
+from hpcmon.post_job.slurm import SlurmEnvironmentError, SlurmJob, slurm_job
+from hpcmon.post_job.sources import SourceRequest
+
+from hpcmon.common.config import ConfigError
 
 __all__ = ["load_config", "run_epilog", "source_requests", "writer_settings"]
 

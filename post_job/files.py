@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from post_job.problems import Problems, SourceError
+from hpcmon.post_job.problems import Problems, SourceError
 
 GZIP_MAGIC = b"\x1f\x8b"
 

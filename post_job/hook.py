@@ -13,12 +13,12 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from post_job.delivery import DestinationReport, WriterSettings, ship
-from post_job.lifetime import GUARD
-from post_job.lines import points_to_lines
-from post_job.model import JobContext
-from post_job.sources import SourceRequest, collect
-from post_job.writers import Deadline
+from hpcmon.post_job.delivery import DestinationReport, WriterSettings, ship
+from hpcmon.post_job.lifetime import GUARD
+from hpcmon.post_job.lines import points_to_lines
+from hpcmon.post_job.model import JobContext
+from hpcmon.post_job.sources import SourceRequest, collect
+from hpcmon.post_job.writers import Deadline
 
 log = logging.getLogger("hpcmon.post_job")
 

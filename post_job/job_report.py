@@ -7,12 +7,12 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from post_job.delivery import WriterSettings
-from post_job.epilog_config import REPORT_FORMATS, EpilogConfig
-from post_job.hook import RunReport
-from post_job.patterns import output_path
-from post_job.slurm import SlurmJob
-from post_job.writers import Deadline
+from hpcmon.post_job.delivery import WriterSettings
+from hpcmon.post_job.epilog_config import REPORT_FORMATS, EpilogConfig
+from hpcmon.post_job.hook import RunReport
+from hpcmon.post_job.patterns import output_path
+from hpcmon.post_job.slurm import SlurmJob
+from hpcmon.post_job.writers import Deadline
 
 log = logging.getLogger("hpcmon.post_job.epilog")
 
@@ -39,8 +39,8 @@ def write_job_report(
         )
         return None
     try:
-        from report.api import write_report
-        from report.influx import InfluxSettings
+        from hpcmon.report.api import write_report
+        from hpcmon.report.influx import InfluxSettings
     except ImportError as exc:
         log.warning("job=%s report not written: %s (install hpcmon[report])", job.job_id, exc)
         return None

@@ -11,7 +11,7 @@ import sys
 import threading
 from collections.abc import Iterator
 
-from post_job.writers import Deadline
+from hpcmon.post_job.writers import Deadline
 
 PROG = "hpcmon-post-job"
 log = logging.getLogger("hpcmon.post_job")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from hpcmon.timeutil import now_ns
-from post_job.points import Point
+from hpcmon.post_job.points import Point
+
+from hpcmon.common.timeutil import now_ns
 
 
 def points_to_lines(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from post_job.points import Point
+from hpcmon.post_job.points import Point
 
 
 @dataclass(frozen=True)

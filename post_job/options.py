@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from hpcmon.config import ConfigError
+from hpcmon.common.config import ConfigError
 
 MAX_SECONDS = 86_400.0
 _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")

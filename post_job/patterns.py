@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hpcmon.config import ConfigError
-from post_job.slurm import SlurmJob
+from hpcmon.post_job.slurm import SlurmJob
+
+from hpcmon.common.config import ConfigError
 
 MAX_DAYS = 62
 PLACEHOLDERS = ("jobid", "user", "uid", "cluster", "year", "month", "day", "logdir")

@@ -7,7 +7,7 @@ import pwd
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from hpcmon.jobid import slurm_job_id, slurm_job_id_problem, user_name_problem
+from hpcmon.common.jobid import slurm_job_id, slurm_job_id_problem, user_name_problem
 
 
 @dataclass(frozen=True)

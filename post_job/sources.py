@@ -12,16 +12,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from post_job.model import JobContext, SourceOutput
+from hpcmon.post_job.model import JobContext, SourceOutput
 
 log = logging.getLogger("hpcmon.post_job")
 
 # source name -> (module, entry function) of postjob-contract.md
 SOURCE_ENTRIES: dict[str, tuple[str, str]] = {
-    "darshan": ("post_job.darshan", "collect_darshan"),
-    "recorder": ("post_job.recorder", "collect_recorder"),
-    "viztracer": ("post_job.viztracer", "collect_viztracer"),
-    "geopm_report": ("post_job.geopm_report", "collect_geopm_report"),
+    "darshan": ("hpcmon.post_job.darshan", "collect_darshan"),
+    "recorder": ("hpcmon.post_job.recorder", "collect_recorder"),
+    "viztracer": ("hpcmon.post_job.viztracer", "collect_viztracer"),
+    "geopm_report": ("hpcmon.post_job.geopm_report", "collect_geopm_report"),
 }
 
 

@@ -39,7 +39,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from post_job.writers import Deadline, ServerWriter, deliver
+from hpcmon.post_job.writers import Deadline, ServerWriter, deliver
 
 log = logging.getLogger("hpcmon.post_job.spool")
 

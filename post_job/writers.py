@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from post_job.files import replaced_atomically
-from post_job.options import option
+from hpcmon.post_job.files import replaced_atomically
+from hpcmon.post_job.options import option
 
 DEFAULT_BATCH_SIZE: int = option("writers", "batch_size").default
 DEFAULT_TIMEOUT_SECONDS: float = option("writers", "request_timeout_seconds").default

@@ -1,3 +1,3 @@
-from report.cli import main
+from hpcmon.report.cli import main
 
 raise SystemExit(main())

@@ -15,20 +15,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-
-from dashboards.uids import JOB_UID  # the job dashboard's stable uid (plain constants)
-from report.darshan_log import darshan_from_logs
-from report.influx import InfluxReadError, InfluxSettings, read_job_rows
-from report.insights import RULES, diagnose
-from report.model import JobData
-from report.prometheus import (
+from hpcmon.dashboards.uids import JOB_UID  # the job dashboard's stable uid (plain constants)
+from hpcmon.report.darshan_log import darshan_from_logs
+from hpcmon.report.influx import InfluxReadError, InfluxSettings, read_job_rows
+from hpcmon.report.insights import RULES, diagnose
+from hpcmon.report.model import JobData
+from hpcmon.report.prometheus import (
     DEFAULT_JOB_MATCHER,
     PrometheusClient,
     PrometheusReadError,
     integral,
     read_prometheus,
 )
-from report.records import (
+from hpcmon.report.records import (
     darshan_from_rows,
     functions_from_rows,
     geopm_from_rows,
@@ -310,14 +309,14 @@ def build(job: JobData, sources: Sources | None = None) -> dict:
 
 def render(job: JobData, report: dict, fmt: str) -> str:
     if fmt == "json":
-        from report.render_json import render_json
+        from hpcmon.report.render_json import render_json
 
         return render_json(report)
     if fmt == "html":
-        from report.render_html import render_html
+        from hpcmon.report.render_html import render_html
 
         return render_html(job, report)
-    from report.render_text import render_text
+    from hpcmon.report.render_text import render_text
 
     return render_text(report)
 

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-from dashboards.uids import JOB_UID
-from report.api import Sources, build, collect, render, write_atomically
-from report.influx import InfluxSettings
-from report.prometheus import DEFAULT_JOB_MATCHER
+from hpcmon.dashboards.uids import JOB_UID
+from hpcmon.report.api import Sources, build, collect, render, write_atomically
+from hpcmon.report.influx import InfluxSettings
+from hpcmon.report.prometheus import DEFAULT_JOB_MATCHER
 
 
 class UsageError(Exception):

@@ -11,8 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-
-from report.model import FILE_COLUMNS, DarshanData, FileTable, HeatmapSeries, ModuleTotals
+from hpcmon.report.model import FILE_COLUMNS, DarshanData, FileTable, HeatmapSeries, ModuleTotals
 
 _SMALL = ("0_100", "100_1K", "1K_10K", "10K_100K", "100K_1M")
 _PREFIX = {"POSIX": "POSIX", "MPI-IO": "MPIIO", "STDIO": "STDIO"}
@@ -81,8 +80,8 @@ def _table(module: str, table, names: dict[int, str]) -> FileTable:
 
 def darshan_from_logs(paths: list[Path]) -> tuple[DarshanData | None, list[str]]:
     """All logs of the job merged; problems (unreadable logs) as one line each."""
-    from post_job.darshan import read_log  # the hook's isolated reader
-    from post_job.problems import SourceError
+    from hpcmon.post_job.darshan import read_log  # the hook's isolated reader
+    from hpcmon.post_job.problems import SourceError
 
     logs, problems = [], []
     for path in paths:

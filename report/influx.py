@@ -16,7 +16,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from report.http import ReadError, read_json
+from hpcmon.report.http import ReadError, read_json
 
 MEASUREMENTS = (
     "darshan_job",

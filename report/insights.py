@@ -12,9 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from report.model import DarshanData, FileTable, JobData, Series
-from report.prometheus import integral
+from hpcmon.report.model import DarshanData, FileTable, JobData, Series
+from hpcmon.report.prometheus import integral
 
 HIGH, WARN, INFO = "high", "warn", "info"
 MIB = 1024.0 * 1024.0

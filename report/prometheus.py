@@ -12,9 +12,8 @@ import re
 import urllib.parse
 
 import numpy as np
-
-from report.http import ReadError, read_json
-from report.model import PrometheusData, Series, TargetUse
+from hpcmon.report.http import ReadError, read_json
+from hpcmon.report.model import PrometheusData, Series, TargetUse
 
 # The Lustre jobid label is "<id>", or "<id>:<uid>:<host>" / "<id>.<step>" with jobid_var
 # patterns; override with --prometheus.job-matcher for procname_uid and other schemes.

@@ -13,9 +13,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 import numpy as np
-
-from report.influx import MEASUREMENTS, Rows
-from report.model import (
+from hpcmon.report.influx import MEASUREMENTS, Rows
+from hpcmon.report.model import (
     FILE_COLUMNS,
     DarshanData,
     FileTable,

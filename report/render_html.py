@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import html
 
-from report import charts
-from report.api import bytes_per_rank
-from report.model import JobData
-from report.units import SUMMARY_ROWS, human_bytes, number, percent
+from hpcmon.report import charts
+from hpcmon.report.api import bytes_per_rank
+from hpcmon.report.model import JobData
+from hpcmon.report.units import SUMMARY_ROWS, human_bytes, number, percent
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:60em;color:#222}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from report.units import SUMMARY_ROWS, human_bytes, number, percent
+from hpcmon.report.units import SUMMARY_ROWS, human_bytes, number, percent
 
 _MARK = {"high": "HIGH", "warn": "WARN", "info": "INFO"}
 

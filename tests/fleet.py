@@ -15,7 +15,7 @@ from pathlib import Path
 
 from devtools.replay import _Section, load_sections
 from devtools.servers import REPO_ROOT, ExporterProcess, free_port, loopback_env, wait_port
-from hpcmon.process import stop_process
+from hpcmon.common.process import stop_process
 
 DATA = Path(__file__).parent / "data"
 # A real Lustre 2.10.1 OST capture (35 jobs); each fleet member serves it as its own OST.
@@ -47,8 +47,8 @@ def run_exporters(arg_lists: Sequence[list[str]], workdir: Path) -> Iterator[lis
             log_path = workdir / f"exporter-{index}.log"
             with open(log_path, "wb") as log:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "exporter", f"--web.listen-address=127.0.0.1:{port}",
-                     *args],
+                    [sys.executable, "-m", "hpcmon.exporter",
+                     f"--web.listen-address=127.0.0.1:{port}", *args],
                     stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=loopback_env(),
                 )  # fmt: skip
             started.append(ExporterProcess(proc, port, log_path))

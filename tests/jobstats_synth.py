@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from exporter.budget import MDT_OPERATIONS, OST_OPERATIONS
+from hpcmon.exporter.budget import MDT_OPERATIONS, OST_OPERATIONS
 
 SNAPSHOT = 1_723_114_647
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from report.insights import RULES
+from hpcmon.report.insights import RULES
 
 COVERED = {r.drishti for r in RULES if r.drishti}
 

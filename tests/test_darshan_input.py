@@ -10,13 +10,13 @@ import random
 import string
 from pathlib import Path
 
+from hpcmon.post_job.darshan import collect_darshan, read_text
+from hpcmon.post_job.darshan.signals import compute_signals
+from hpcmon.post_job.darshan.signals_text import signal_lines
+from hpcmon.post_job.model import JobContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from post_job.darshan import collect_darshan, read_text
-from post_job.darshan.signals import compute_signals
-from post_job.darshan.signals_text import signal_lines
-from post_job.model import JobContext
 from tests.darshan_helpers import (
     EMPTY,
     HDF5_DXT,
@@ -276,8 +276,8 @@ def _same_body_as_text(binary_log, text_log) -> None:
 
 
 def test_logs_after_damaged_logs_are_read_by_a_fresh_child_and_are_intact(tmp_path):
-    from post_job.darshan.reader_pydarshan import read_darshan_logs_isolated
-    from post_job.problems import SourceError
+    from hpcmon.post_job.darshan.reader_pydarshan import read_darshan_logs_isolated
+    from hpcmon.post_job.problems import SourceError
 
     data = log_path(MPI_IO_TEST).read_bytes()
     cuts = []
@@ -309,7 +309,7 @@ def test_a_crash_costs_only_the_log_being_read(monkeypatch):
     import os
     import signal
 
-    from post_job.darshan import reader_pydarshan
+    from hpcmon.post_job.darshan import reader_pydarshan
 
     real_open = reader_pydarshan._open_report
 
@@ -330,8 +330,8 @@ def test_a_crash_costs_only_the_log_being_read(monkeypatch):
 
 
 def test_a_hung_read_is_killed_and_named():
-    from post_job.darshan.reader_pydarshan import read_darshan_logs_isolated
-    from post_job.problems import SourceError
+    from hpcmon.post_job.darshan.reader_pydarshan import read_darshan_logs_isolated
+    from hpcmon.post_job.problems import SourceError
 
     ((path, outcome),) = read_darshan_logs_isolated([log_path(IMBALANCED)], timeout=1e-4)
     assert isinstance(outcome, SourceError)
@@ -362,7 +362,7 @@ def test_truncated_or_corrupt_gzipped_text_is_named_and_costs_only_itself(tmp_pa
 
 
 def test_the_reader_child_is_kept_for_later_calls_and_replaced_after_a_crash():
-    from post_job.darshan import reader_pydarshan
+    from hpcmon.post_job.darshan import reader_pydarshan
 
     reader_pydarshan.close_reader_child()
     list(reader_pydarshan.read_darshan_logs_isolated([log_path(MPI_IO_TEST)]))

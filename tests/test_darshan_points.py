@@ -6,11 +6,16 @@ from __future__ import annotations
 import urllib.request
 
 import pytest
+from hpcmon.post_job.darshan import collect_darshan
+from hpcmon.post_job.darshan.signals import (
+    HEATMAP_SIGNALS,
+    NA_REASONS,
+    POSIX_SIGNALS,
+    RECORD_SIGNALS,
+)
+from hpcmon.post_job.model import JobContext
+from hpcmon.post_job.points import to_lines
 
-from post_job.darshan import collect_darshan
-from post_job.darshan.signals import HEATMAP_SIGNALS, NA_REASONS, POSIX_SIGNALS, RECORD_SIGNALS
-from post_job.model import JobContext
-from post_job.points import to_lines
 from tests.darshan_helpers import (
     E3SM,
     INACTIVE,

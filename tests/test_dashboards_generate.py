@@ -12,13 +12,13 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+from hpcmon.dashboards import config as dashboards_config
+from hpcmon.dashboards import generate, lint, rules
+from hpcmon.dashboards.uids import JOB_UID, OVERVIEW_UID
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dashboards import config as dashboards_config
-from dashboards import generate, lint, rules
-from dashboards.uids import JOB_UID, OVERVIEW_UID
-from hpcmon.config import ConfigError
+from hpcmon.common.config import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMAS = Path(__file__).parent / "data" / "grafana-schema"
@@ -34,7 +34,7 @@ CUSTOM = {
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "dashboards", *args],
+        [sys.executable, "-m", "hpcmon.dashboards", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from hpcmon.dashboards import config as dashboards_config
+from hpcmon.dashboards import generate, lint
 
-from dashboards import config as dashboards_config
-from dashboards import generate, lint
 from devtools.demo import POST_JOB_INPUTS
 
 pytestmark = pytest.mark.integration
@@ -26,7 +26,7 @@ def written(influxdb1, tmp_path_factory):
     influxdb1.create_database(DATABASE)
     spool = tmp_path_factory.mktemp("spool")
     command = [
-        sys.executable, "-m", "post_job", "--job-id", JOB, "--cluster", "demo", *INPUTS,
+        sys.executable, "-m", "hpcmon.post_job", "--job-id", JOB, "--cluster", "demo", *INPUTS,
         "--influx.v1-url", influxdb1.url, "--influx.database", DATABASE,
         "--spool-dir", str(spool),
     ]  # fmt: skip

@@ -10,11 +10,11 @@ from collections.abc import Iterator
 import promql_parser
 import pytest
 import yaml
+from hpcmon.dashboards import config as dashboards_config
+from hpcmon.dashboards import generate, lint, rules
 
-from dashboards import config as dashboards_config
-from dashboards import generate, lint, rules
 from devtools.servers import http_get
-from hpcmon import metric_names
+from hpcmon.common import metric_names
 from tests.live_stack import SCRAPE_JOB, LiveStack, run_live_stack
 
 pytestmark = pytest.mark.integration
@@ -162,7 +162,7 @@ def _metric_names(expr: str) -> set[str]:
 
 def test_dashboards_and_rules_use_only_exported_metrics(stack: LiveStack, configs) -> None:
     """Renaming a metric in the exporter breaks this test: the names the dashboards and rules
-    use come from hpcmon.metric_names, and every one of them is in the real exporter's output."""
+    use come from hpcmon.common.metric_names, and each of them is in the real exporter's output."""
     exposition = b""
     for exporter in (stack.exporter, stack.broken_exporter):
         status, body = http_get(f"http://{exporter.address}/metrics")

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from dashboards import config as dashboards_config
-from dashboards import generate, rules
-from dashboards.config import GIB, MIB
+from hpcmon.dashboards import config as dashboards_config
+from hpcmon.dashboards import generate, rules
+from hpcmon.dashboards.config import GIB, MIB
 
 PROMTOOL = shutil.which("promtool")
 pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (make servers)")

@@ -269,7 +269,7 @@ def test_installed_wheel_is_what_runs(installed_wheel: Path) -> None:
             sys.executable,
             "-P",
             "-c",
-            "import exporter.cli, post_job.cli; print(exporter.cli.__file__)",
+            "import hpcmon.exporter.cli, hpcmon.post_job.cli; print(hpcmon.exporter.cli.__file__)",
         ],
     )
     assert result.returncode == 0, result.stderr

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import bcrypt
 import pytest
+from hpcmon.exporter.exposition import Compressed
+from hpcmon.exporter.web import LISTEN_BACKLOG, WebConfig, load_web_config, make_server
 
-from exporter.exposition import Compressed
-from exporter.web import LISTEN_BACKLOG, WebConfig, load_web_config, make_server
-from hpcmon.config import ConfigError
+from hpcmon.common.config import ConfigError
 from tests.servers import free_port
 from tests.test_exporter_web import BODY, _serve, certificate  # noqa: F401 - fixture
 

@@ -11,22 +11,22 @@ from pathlib import Path
 
 import bcrypt
 import yaml
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from exporter.collector import bytes_flag, count_flag, seconds_flag
-from exporter.geopm.model import Request
-from exporter.geopm.requests import DOMAINS, RequestError, parse_request_lines
-from exporter.jobstats.collector import RATE_KINDS, rate_kinds
-from exporter.web import (
+from hpcmon.exporter.collector import bytes_flag, count_flag, seconds_flag
+from hpcmon.exporter.geopm.model import Request
+from hpcmon.exporter.geopm.requests import DOMAINS, RequestError, parse_request_lines
+from hpcmon.exporter.jobstats.collector import RATE_KINDS, rate_kinds
+from hpcmon.exporter.web import (
     accepts_gzip,
     listen_address_flag,
     load_web_config,
     parse_listen_address,
     scrape_timeout,
 )
-from hpcmon.config import ConfigError
-from hpcmon.jobid import JobIdPattern
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hpcmon.common.config import ConfigError
+from hpcmon.common.jobid import JobIdPattern
 
 HASH = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)).decode()
 

@@ -9,17 +9,17 @@ import time
 from pathlib import Path
 
 import pytest
+from hpcmon.exporter.cli import Exporter, available_collectors, build_parser
+from hpcmon.exporter.exposition import render_families
+from hpcmon.exporter.geopm.collector import GeopmCollector, snapshot_families
+from hpcmon.exporter.geopm.model import Sample, SampleBatch, SignalKey
+from hpcmon.exporter.geopm.naming import metric_name, monotone_from_name, unit_from_name
+from hpcmon.exporter.geopm.sampler import Reading, Sampler, Snapshot
+from hpcmon.exporter.node_jobs import NodeJobsCollector
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.cli import Exporter, available_collectors, build_parser
-from exporter.exposition import render_families
-from exporter.geopm.collector import GeopmCollector, snapshot_families
-from exporter.geopm.model import Sample, SampleBatch, SignalKey
-from exporter.geopm.naming import metric_name, monotone_from_name, unit_from_name
-from exporter.geopm.sampler import Reading, Sampler, Snapshot
-from exporter.node_jobs import NodeJobsCollector
 from tests.test_geopm_helpers import DATA, POWERCAP, SESSION_STANDIN, extract_ttar, write_zone
 
 
@@ -115,7 +115,7 @@ def test_signals_file(tmp_path: Path) -> None:
     requests = tmp_path / "requests"
     requests.write_text("# GEOPM requests\nCPU_ENERGY package *\n\nGPU_POWER gpu 3\n")
     options = parse(["--geopm.signals", str(requests)])
-    from exporter.geopm.requests import parse_signals_option
+    from hpcmon.exporter.geopm.requests import parse_signals_option
 
     assert [r.line() for r in parse_signals_option(options.geopm_signals)] == [
         "CPU_ENERGY package *",

@@ -10,15 +10,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hpcmon.post_job.geopm_report import collect_geopm_report
+from hpcmon.post_job.geopm_report.model import Report, SessionReport
+from hpcmon.post_job.geopm_report.reader import parse_report_file, parse_report_text
+from hpcmon.post_job.model import JobContext
+from hpcmon.post_job.points import to_lines
+from hpcmon.post_job.problems import MAX_PROBLEMS_PER_INPUT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from post_job.geopm_report import collect_geopm_report
-from post_job.geopm_report.model import Report, SessionReport
-from post_job.geopm_report.reader import parse_report_file, parse_report_text
-from post_job.model import JobContext
-from post_job.points import to_lines
-from post_job.problems import MAX_PROBLEMS_PER_INPUT
 
 DATA = Path(__file__).parent / "data" / "geopm_report"
 FIXTURES = sorted(p for p in DATA.iterdir() if p.name != "SOURCES.md")
@@ -255,7 +254,7 @@ def test_garbage_after_a_real_header_never_raises(prefix: str, body: str) -> Non
 
 
 def _points(record) -> list:
-    from post_job.geopm_report.points import report_points, session_points
+    from hpcmon.post_job.geopm_report.points import report_points, session_points
 
     if isinstance(record, Report):
         return report_points(record, JOB, 0)

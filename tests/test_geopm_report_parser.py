@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from post_job.geopm_report.model import Report, SessionReport
-from post_job.geopm_report.reader import parse_report_file
+from hpcmon.post_job.geopm_report.model import Report, SessionReport
+from hpcmon.post_job.geopm_report.reader import parse_report_file
 
 DATA = Path(__file__).parent / "data" / "geopm_report"
 RUNTIME_YAML = sorted(

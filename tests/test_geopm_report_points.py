@@ -12,11 +12,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
-from post_job.geopm_report import collect_geopm_report
-from post_job.geopm_report.points import field_for_key
-from post_job.model import JobContext
-from post_job.points import Point, to_lines
+from hpcmon.post_job.geopm_report import collect_geopm_report
+from hpcmon.post_job.geopm_report.points import field_for_key
+from hpcmon.post_job.model import JobContext
+from hpcmon.post_job.points import Point, to_lines
 
 DATA = Path(__file__).parent / "data" / "geopm_report"
 ALL_FIXTURES = sorted(p for p in DATA.iterdir() if p.name != "SOURCES.md")

@@ -12,10 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from exporter.geopm.geopmsession_backend import (
+from hpcmon.exporter.geopm.geopmsession_backend import (
     RUN_SECONDS,
     GeopmsessionBackend,
     TraceParser,
@@ -23,8 +20,11 @@ from exporter.geopm.geopmsession_backend import (
     parse_row,
     samples_from_row,
 )
-from exporter.geopm.model import BackendError, Request, SampleBatch, SignalKey
-from exporter.geopm.sampler import CounterTracker, Sampler, readings_from_batch
+from hpcmon.exporter.geopm.model import BackendError, Request, SampleBatch, SignalKey
+from hpcmon.exporter.geopm.sampler import CounterTracker, Sampler, readings_from_batch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from tests.test_geopm_helpers import DATA, SESSION_STANDIN
 
 TRACES = DATA / "traces"

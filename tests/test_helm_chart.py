@@ -22,10 +22,9 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from hpcmon.exporter.cli import available_collectors, build_parser
+from hpcmon.post_job.cli import build_flush_parser
 from packaging.version import Version
-
-from exporter.cli import available_collectors, build_parser
-from post_job.cli import build_flush_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "hpcmon"

@@ -94,7 +94,7 @@ def test_rendered_datasources_are_the_generated_provisioning(generated: Path) ->
 
 
 def test_chart_job_names_are_the_ones_the_generated_rules_expect(generated: Path) -> None:
-    from dashboards.config import Config
+    from hpcmon.dashboards.config import Config
 
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert values["lustre"]["job"] == Config().jobstats_scrape_job

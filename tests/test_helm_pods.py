@@ -25,12 +25,12 @@ from typing import Any
 
 import bcrypt
 import pytest
+from hpcmon.exporter.geopm.model import BackendError
+from hpcmon.exporter.geopm.powercap import PowercapBackend
+from hpcmon.post_job.spool import Spool
 from prometheus_client.parser import text_string_to_metric_families
 
 from devtools.servers import http_get, loopback_env, run_exporter
-from exporter.geopm.model import BackendError
-from exporter.geopm.powercap import PowercapBackend
-from post_job.spool import Spool
 from tests.test_helm_chart import case_values, chart, of_kind, render
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -436,7 +436,7 @@ def test_flush_cronjob_replays_the_shared_spool_into_influxdb(
     args = [on_node(arg, mounts) for arg in container["args"]]
     env = dict(loopback_env(), PYTHONPATH=str(ROOT), TMPDIR=str(tmp))
     result = subprocess.run(
-        [sys.executable, "-m", "post_job", *args],
+        [sys.executable, "-m", "hpcmon.post_job", *args],
         cwd=tmp,
         env=env,
         capture_output=True,

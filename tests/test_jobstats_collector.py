@@ -13,11 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
+from hpcmon.exporter.jobstats.collector import JobstatsCollector
+from hpcmon.exporter.jobstats.parser import JobEntry, OpStats
+from hpcmon.exporter.jobstats.rates import RateTracker
 from prometheus_client.parser import text_string_to_metric_families
-
-from exporter.jobstats.collector import JobstatsCollector
-from exporter.jobstats.parser import JobEntry, OpStats
-from exporter.jobstats.rates import RateTracker
 
 DATA = Path(__file__).parent / "data" / "jobstats"
 DDN_OST = DATA / "whamcloud_lustrefs-exporter__fixtures_jobstats_only_2.14.0_162.txt"
@@ -601,7 +600,7 @@ def test_lctl_output_read_in_pieces_gives_the_same_series(tmp_path: Path, monkey
     whole = tmp_path / "whole.txt"
     whole.write_text(text)
     lctl = fake_lctl(tmp_path, replay(whole))
-    monkeypatch.setattr("exporter.jobstats.sources.LctlSource.PIECE_BYTES", 1)
+    monkeypatch.setattr("hpcmon.exporter.jobstats.sources.LctlSource.PIECE_BYTES", 1)
     from_lctl = samples_of(make_collector("--jobstats.lctl-path", str(lctl)).sample())
     from_file = samples_of(
         make_collector("--jobstats.source", "file", "--jobstats.path", str(whole)).sample()

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hpcmon.exporter.cli import Exporter
 
-from exporter.cli import Exporter
 from tests.servers import free_port, http_get, run_exporter
 from tests.test_jobstats_collector import (
     DATA,
@@ -270,7 +270,7 @@ def test_bad_flags_and_files_give_one_line_and_exit_2(
     if "--web.listen-address" not in args:
         args = ["--web.listen-address", f"127.0.0.1:{free_port()}", *args]
     result = subprocess.run(
-        [sys.executable, "-m", "exporter", *args],
+        [sys.executable, "-m", "hpcmon.exporter", *args],
         capture_output=True,
         text=True,
         timeout=60,

@@ -9,10 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from exporter.jobstats.parser import (
+from hpcmon.exporter.jobstats.parser import (
     JobEntry,
     OpStats,
     parse_get_param,
@@ -21,6 +18,8 @@ from exporter.jobstats.parser import (
     target_from_param,
     target_from_path,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 DATA = Path(__file__).parent / "data" / "jobstats"
 CAPTURES = sorted(DATA.glob("*.txt"))

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hpcmon.post_job import epilog, epilog_config
+from hpcmon.post_job.epilog import run_epilog
+from hpcmon.post_job.epilog_config import parse_config
+from hpcmon.post_job.patterns import MAX_DAYS, find_files, job_days
+from hpcmon.post_job.slurm import SlurmJob, slurm_job
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcmon.config import ConfigError
-from post_job import epilog, epilog_config
-from post_job.epilog import run_epilog
-from post_job.epilog_config import parse_config
-from post_job.patterns import MAX_DAYS, find_files, job_days
-from post_job.slurm import SlurmJob, slurm_job
+from hpcmon.common.config import ConfigError
 from tests import servers
 from tests.test_post_job_frame import GEOPM_REPORT, needs_geopm
 
@@ -348,8 +348,8 @@ def test_time_limit_ends_a_stuck_run(tmp_path: Path) -> None:
     )
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]);"
-        "import post_job.sources as s; s.SOURCE_ENTRIES['geopm_report'] = ('slow_source', "
-        "'collect'); from post_job.cli import main; raise SystemExit(main(sys.argv[2:]))"
+        "import hpcmon.post_job.sources as s; s.SOURCE_ENTRIES['geopm_report'] = ('slow_source', "
+        "'collect'); from hpcmon.post_job.cli import main; raise SystemExit(main(sys.argv[2:]))"
     )
     env = slurm_env(PYTHONPATH=str(REPO))
     started = time.monotonic()
@@ -447,7 +447,7 @@ def test_values_from_slurm_that_are_not_ids_are_refused(
 @settings(max_examples=100, deadline=None)
 @given(st.text(max_size=30), st.text(max_size=20))
 def test_any_slurm_job_id_or_user_is_valid_or_refused(job_id: str, user: str) -> None:
-    from post_job.slurm import SlurmEnvironmentError, slurm_job
+    from hpcmon.post_job.slurm import SlurmEnvironmentError, slurm_job
 
     try:
         job = slurm_job({"SLURM_JOB_ID": job_id, "SLURM_JOB_USER": user})
@@ -471,7 +471,7 @@ def test_non_utf8_config_is_one_line(tmp_path: Path, capsys) -> None:
 def test_any_config_file_bytes_give_a_config_or_one_line(data: bytes) -> None:
     import tempfile
 
-    from post_job.epilog_config import load_config
+    from hpcmon.post_job.epilog_config import load_config
 
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "c.yaml"
@@ -483,7 +483,7 @@ def test_any_config_file_bytes_give_a_config_or_one_line(data: bytes) -> None:
 
 
 def test_cli_refuses_a_job_id_that_is_not_one(capsys) -> None:
-    from post_job.cli import main
+    from hpcmon.post_job.cli import main
 
     assert main(["--job-id", "../secret/s", "--output", "/tmp/x.lp"]) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
@@ -525,8 +525,8 @@ def test_input_discovery_finds_exactly_the_files_of_the_job(cluster: str, decoy:
 def test_every_registry_option_is_a_flag_and_a_config_key_with_one_default(tmp_path) -> None:
     """post_job/options.py is the only place a typed setting is declared: its flag, its YAML
     key, its type and its default come from there."""
-    from post_job.cli import build_parser
-    from post_job.options import OPTIONS
+    from hpcmon.post_job.cli import build_parser
+    from hpcmon.post_job.options import OPTIONS
 
     actions = {a.option_strings[0]: a for a in build_parser()._actions if a.option_strings}
     base = {"writers": {"output": str(tmp_path / "x.lp")}}

@@ -9,12 +9,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hpcmon.post_job import sources
+from hpcmon.post_job.cli import UsageError, build_parser, main, source_requests, writer_settings
+from hpcmon.post_job.lines import points_to_lines
+from hpcmon.post_job.model import JobContext, SourceOutput
+from hpcmon.post_job.points import Point, to_lines
 
-from post_job import sources
-from post_job.cli import UsageError, build_parser, main, source_requests, writer_settings
-from post_job.lines import points_to_lines
-from post_job.model import JobContext, SourceOutput
-from post_job.points import Point, to_lines
 from tests import servers
 
 DATA = Path(__file__).parent / "data" / "post_job_frame"
@@ -40,8 +40,8 @@ def write_source_module(directory: Path, name: str, body: str) -> str:
 
 JSON_SOURCE = """
     import json
-    from post_job.points import Point
-    from post_job.model import SourceOutput
+    from hpcmon.post_job.points import Point
+    from hpcmon.post_job.model import SourceOutput
 
     def collect(paths, job, **options):
         out = SourceOutput()
@@ -352,7 +352,7 @@ def test_source_returning_wrong_type_is_an_error(monkeypatch, tmp_path) -> None:
 def test_real_geopm_report_to_file_and_influxdb1(
     influxdb1: servers.InfluxDB1, tmp_path: Path
 ) -> None:
-    from post_job.geopm_report import collect_geopm_report
+    from hpcmon.post_job.geopm_report import collect_geopm_report
 
     influxdb1.create_database("cli_geopm")
     output = tmp_path / "job.lp"

@@ -21,8 +21,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from hpcmon.post_job.spool import Spool
 
-from post_job.spool import Spool
 from tests import servers
 from tests.lineprotocol_parse import parse_line
 
@@ -86,12 +86,12 @@ def writers(url: str, db: str, spool: Path) -> list[str]:
 
 
 def hook(job: str, url: str, db: str, spool: Path) -> list[str]:
-    return [sys.executable, "-m", "post_job", "--job-id", job, "--darshan", *map(str, LOGS),
+    return [sys.executable, "-m", "hpcmon.post_job", "--job-id", job, "--darshan", *map(str, LOGS),
             *writers(url, db, spool)]  # fmt: skip
 
 
 def flush(url: str, db: str, spool: Path) -> list[str]:
-    return [sys.executable, "-m", "post_job", "flush", *writers(url, db, spool)]
+    return [sys.executable, "-m", "hpcmon.post_job", "flush", *writers(url, db, spool)]
 
 
 def run(argv: list[str]) -> subprocess.CompletedProcess:
@@ -106,7 +106,7 @@ def point_key(measurement: str, tags: dict, time_ns: int) -> tuple:
 
 def expected_points(tmp_path: Path, job: str) -> dict[tuple, dict]:
     out = tmp_path / "expected.lp"
-    argv = [sys.executable, "-m", "post_job", "--job-id", job, "--darshan", *map(str, LOGS),
+    argv = [sys.executable, "-m", "hpcmon.post_job", "--job-id", job, "--darshan", *map(str, LOGS),
             "--output", str(out)]  # fmt: skip
     run(argv)
     points: dict[tuple, dict] = {}
@@ -225,7 +225,7 @@ def test_time_limit_waits_for_the_spooling_in_progress(tmp_path: Path) -> None:
     marker = tmp_path / "spool-finished"
     script = f"""
 import time
-from post_job.lifetime import GUARD, Watchdog, configure_logging
+from hpcmon.post_job.lifetime import GUARD, Watchdog, configure_logging
 configure_logging()
 with Watchdog(0.2, exit_code=1):
     with GUARD.spooling():
@@ -264,7 +264,7 @@ def test_disk_full_while_spooling_is_one_line_and_keeps_the_old_spool(
     old = spool.add([f"earlier,jobid=1 v={k}i {k}" for k in range(100)])
     old_bytes = old.read_bytes()
     down = f"http://127.0.0.1:{servers.free_port()}"
-    argv = [sys.executable, "-m", "post_job", "--job-id", "full", "--darshan",
+    argv = [sys.executable, "-m", "hpcmon.post_job", "--job-id", "full", "--darshan",
             str(LOGS[0].parent / "e3sm_io_heatmap_only.darshan"),
             *writers(down, "d", tiny_disk)]  # fmt: skip
     result = run(argv)

@@ -12,22 +12,22 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from post_job import spool as spool_module
-from post_job.cli import main
-from post_job.delivery import WriterSettings, ship, ship_to_server
-from post_job.model import JobContext
-from post_job.points import Point, to_lines
-from post_job.spool import (
+from hpcmon.post_job import spool as spool_module
+from hpcmon.post_job.cli import main
+from hpcmon.post_job.delivery import WriterSettings, ship, ship_to_server
+from hpcmon.post_job.model import JobContext
+from hpcmon.post_job.points import Point, to_lines
+from hpcmon.post_job.spool import (
     Spool,
     SpoolFileError,
     decode_batch,
     encode_batch,
     replay,
 )
-from post_job.writers import Deadline, InfluxV1Writer, InfluxV2Writer
+from hpcmon.post_job.writers import Deadline, InfluxV1Writer, InfluxV2Writer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from tests import servers
 from tests.test_post_job_frame import GEOPM_REPORT, needs_geopm
 from tests.test_post_job_writers import counting, job_points
@@ -304,7 +304,7 @@ def test_two_concurrent_flushes_send_each_file_once(
     env["PYTHONPATH"] = str(REPO)
     flush_args = ["flush", "--spool-dir", str(tmp_path), "--influx.url", victoria_metrics.url,
                   "--influx.org", "o", "--influx.bucket", "b"]  # fmt: skip
-    command = [sys.executable, "-m", "post_job", *flush_args]
+    command = [sys.executable, "-m", "hpcmon.post_job", *flush_args]
     procs = [
         subprocess.Popen(command, env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
         for _ in range(2)
@@ -407,7 +407,7 @@ def test_hook_run_during_outage_then_flush_real_report(
     influxdb1: servers.InfluxDB1, tmp_path: Path
 ) -> None:
     """The whole command: a real GEOPM report while InfluxDB is down, then flush, then rerun."""
-    from post_job.geopm_report import collect_geopm_report
+    from hpcmon.post_job.geopm_report import collect_geopm_report
 
     influxdb1.create_database("hook_outage")
     expected = collect_geopm_report([GEOPM_REPORT], JobContext("808")).points

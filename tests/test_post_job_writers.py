@@ -11,10 +11,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-
-from post_job.delivery import WriterSettings, ship, ship_to_server
-from post_job.points import Point, to_lines
-from post_job.writers import (
+from hpcmon.post_job.delivery import WriterSettings, ship, ship_to_server
+from hpcmon.post_job.points import Point, to_lines
+from hpcmon.post_job.writers import (
     Deadline,
     InfluxV1Writer,
     InfluxV2Writer,
@@ -24,6 +23,7 @@ from post_job.writers import (
     read_token,
     write_line_file,
 )
+
 from tests import servers
 
 pytestmark = pytest.mark.integration

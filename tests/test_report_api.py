@@ -10,16 +10,15 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from hpcmon.post_job.darshan import collect_darshan
+from hpcmon.post_job.model import JobContext
+from hpcmon.report.api import Sources, build, render, write_report
+from hpcmon.report.darshan_log import darshan_from_logs
+from hpcmon.report.influx import InfluxSettings
+from hpcmon.report.model import JobData
+from hpcmon.report.records import darshan_from_rows, functions_from_rows, rows_from_points
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from post_job.darshan import collect_darshan
-from post_job.model import JobContext
-from report.api import Sources, build, render, write_report
-from report.darshan_log import darshan_from_logs
-from report.influx import InfluxSettings
-from report.model import JobData
-from report.records import darshan_from_rows, functions_from_rows, rows_from_points
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "tests" / "data" / "darshan" / "logs"
@@ -173,9 +172,9 @@ def test_hostile_rows_still_give_a_page(rows) -> None:
 
 
 def test_geopm_report_gives_energy_and_the_window_without_darshan() -> None:
-    from post_job.geopm_report import collect_geopm_report
-    from report.api import _window
-    from report.records import geopm_from_rows
+    from hpcmon.post_job.geopm_report import collect_geopm_report
+    from hpcmon.report.api import _window
+    from hpcmon.report.records import geopm_from_rows
 
     report = ROOT / "tests/data/geopm_report/geopm-1.1.0+dev429_nekbone_frequency_map_4hosts.report"
     out = collect_geopm_report([report], JobContext(job_id="42"))
@@ -239,7 +238,7 @@ def test_unreachable_influx_is_one_line_not_a_traceback(tmp_path: Path) -> None:
 )
 def test_usage_errors(args: list[str], message: str) -> None:
     run = subprocess.run(
-        [sys.executable, "-m", "report", "--job-id", "1", *args],
+        [sys.executable, "-m", "hpcmon.report", "--job-id", "1", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -282,7 +281,7 @@ _json = st.recursive(
     )
 )
 def test_hostile_influx_answers_are_a_read_error(body) -> None:
-    from report.influx import InfluxReadError, parse_results
+    from hpcmon.report.influx import InfluxReadError, parse_results
 
     try:
         rows = parse_results(body, InfluxSettings(v1_url="http://x", database="d"))

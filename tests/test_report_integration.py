@@ -19,12 +19,12 @@ from pathlib import Path
 import jsonschema
 import numpy as np
 import pytest
+from hpcmon.report.api import Sources, collect
+from hpcmon.report.influx import InfluxSettings, read_job_rows
+from hpcmon.report.insights import diagnose
 
 from devtools.demo import POST_JOB_INPUTS
 from devtools.replay import load_sections, render, write_atomically
-from report.api import Sources, collect
-from report.influx import InfluxSettings, read_job_rows
-from report.insights import diagnose
 from tests import servers
 from tests.test_geopm_helpers import write_zone
 
@@ -105,7 +105,7 @@ def stack(influxdb1, tmp_path_factory) -> Iterator[dict]:
         [
             sys.executable,
             "-m",
-            "post_job",
+            "hpcmon.post_job",
             "--job-id",
             JOB,
             "--cluster",
@@ -174,7 +174,7 @@ def report_cli(stack: dict, *extra: str) -> subprocess.CompletedProcess:
         [
             sys.executable,
             "-m",
-            "report",
+            "hpcmon.report",
             "--job-id",
             JOB,
             "--cluster",
@@ -298,7 +298,7 @@ def test_missing_sources_are_said(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "report",
+            "hpcmon.report",
             "--job-id",
             JOB,
             "--influx.v1-url",

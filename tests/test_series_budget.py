@@ -41,7 +41,7 @@ def exposition_series(body: bytes) -> int:
 
 def budget(*flags: str) -> dict:
     result = subprocess.run(
-        [sys.executable, "-m", "exporter", "--print-series-budget", "--site.json", *flags],
+        [sys.executable, "-m", "hpcmon.exporter", "--print-series-budget", "--site.json", *flags],
         capture_output=True,
         text=True,
         cwd=REPO_ROOT,
@@ -88,7 +88,7 @@ def test_budget_scales_with_the_site_and_names_its_memory_cost() -> None:
     assert double["site"] == 2 * small["site"]
     assert small["prometheus_memory_bytes"] == small["site"] * 2048
     text = subprocess.run(
-        [sys.executable, "-m", "exporter", "--print-series-budget", "--site.osts=8",
+        [sys.executable, "-m", "hpcmon.exporter", "--print-series-budget", "--site.osts=8",
          "--site.oss=4", "--site.jobs-per-target=100", "--site.power-nodes=10"],
         capture_output=True, text=True, cwd=REPO_ROOT, check=True,
     ).stdout  # fmt: skip
@@ -97,7 +97,7 @@ def test_budget_scales_with_the_site_and_names_its_memory_cost() -> None:
 
 def test_budget_bad_flag_is_one_line_and_exit_2() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "exporter", "--print-series-budget", "--site.osts=-3"],
+        [sys.executable, "-m", "hpcmon.exporter", "--print-series-budget", "--site.osts=-3"],
         capture_output=True, text=True, cwd=REPO_ROOT,
     )  # fmt: skip
     assert result.returncode == 2

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hpcmon.dashboards import config as dashboards_config
+from hpcmon.dashboards import generate, lint
 
-from dashboards import config as dashboards_config
-from dashboards import generate, lint
 from devtools.servers import (
     Prometheus,
     VictoriaMetrics,
@@ -287,7 +287,7 @@ def test_restarted_vmagent_takes_its_share_back(site: Site) -> None:
 
 def _hook(url: str, database: str, spool: Path) -> None:
     command = [
-        sys.executable, "-m", "post_job", "--job-id", JOB, "--cluster", "demo", *INPUTS,
+        sys.executable, "-m", "hpcmon.post_job", "--job-id", JOB, "--cluster", "demo", *INPUTS,
         "--influx.v1-url", url, "--influx.database", database, "--spool-dir", str(spool),
     ]  # fmt: skip
     run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)

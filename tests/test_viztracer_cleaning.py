@@ -7,17 +7,17 @@ import math
 from collections import Counter, defaultdict
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from post_job.viztracer.cleaning import (
+from hpcmon.post_job.viztracer.cleaning import (
     FILTER_FIRST,
     CleanedViztracerData,
     CleaningOptions,
     clean_trace,
     function_totals,
 )
-from post_job.viztracer.reader import read_trace
+from hpcmon.post_job.viztracer.reader import read_trace
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from tests.test_viztracer_support import DATA, brute_force_nesting, complete_events
 
 NO_RULES = CleaningOptions(min_duration_us=0, max_depth=0, enable_aggregation=False)

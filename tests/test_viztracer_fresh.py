@@ -9,11 +9,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
-from post_job.model import JobContext
-from post_job.viztracer import collect_viztracer
-from post_job.viztracer.cleaning import CleaningOptions, FunctionCall, clean_trace
-from post_job.viztracer.reader import read_trace
+from hpcmon.post_job.model import JobContext
+from hpcmon.post_job.viztracer import collect_viztracer
+from hpcmon.post_job.viztracer.cleaning import CleaningOptions, FunctionCall, clean_trace
+from hpcmon.post_job.viztracer.reader import read_trace
 
 VIZTRACER = Path(sys.executable).with_name("viztracer")
 

@@ -9,15 +9,14 @@ from __future__ import annotations
 import argparse
 import threading
 
+from hpcmon.exporter.collector import Collector, add_flag, seconds_flag
+from hpcmon.exporter.exposition import render_families
+from hpcmon.exporter.geopm.model import Backend
+from hpcmon.exporter.geopm.naming import metric_name
+from hpcmon.exporter.geopm.requests import RequestError, parse_signals_option
+from hpcmon.exporter.geopm.sampler import Sampler, Snapshot
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
-
-from exporter.collector import Collector, add_flag, seconds_flag
-from exporter.exposition import render_families
-from exporter.geopm.model import Backend
-from exporter.geopm.naming import metric_name
-from exporter.geopm.requests import RequestError, parse_signals_option
-from exporter.geopm.sampler import Sampler, Snapshot
 
 BACKENDS = ("auto", "geopmdpy", "geopmsession", "powercap")
 LABELS = ["domain", "domain_index", "source"]
@@ -47,15 +46,15 @@ def make_backends(options: argparse.Namespace) -> list[Backend]:
     interval = options.geopm_interval
     backends: list[Backend] = []
     if choice in ("auto", "geopmdpy"):
-        from exporter.geopm.geopmdpy_backend import GeopmdpyBackend
+        from hpcmon.exporter.geopm.geopmdpy_backend import GeopmdpyBackend
 
         backends.append(GeopmdpyBackend(requests))
     if choice == "geopmsession":
-        from exporter.geopm.geopmsession_backend import GeopmsessionBackend
+        from hpcmon.exporter.geopm.geopmsession_backend import GeopmsessionBackend
 
         backends.append(GeopmsessionBackend(options.geopm_session_path, requests, interval))
     if choice in ("auto", "powercap"):
-        from exporter.geopm.powercap import PowercapBackend
+        from hpcmon.exporter.geopm.powercap import PowercapBackend
 
         backends.append(PowercapBackend(options.path_sysfs))
     return backends

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.geopm.model import (
+from hpcmon.exporter.geopm.model import (
     BEHAVIOR_LABEL,
     BEHAVIOR_MONOTONE,
     BackendError,
@@ -24,8 +24,8 @@ from exporter.geopm.model import (
     SampleBatch,
     SignalKey,
 )
-from exporter.geopm.naming import unit_from_description, unit_from_name
-from exporter.geopm.requests import DEFAULT_REQUESTS
+from hpcmon.exporter.geopm.naming import unit_from_description, unit_from_name
+from hpcmon.exporter.geopm.requests import DEFAULT_REQUESTS
 
 log = logging.getLogger("hpcmon.exporter.geopm")
 SOURCE = "geopmdpy"

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.geopm.model import BackendError, Sample, SampleBatch, SignalKey
+from hpcmon.exporter.geopm.model import BackendError, Sample, SampleBatch, SignalKey
 
 SOURCE = "powercap"
 ZONE_PREFIX = "intel-rapl:"

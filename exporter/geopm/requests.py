@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from exporter.geopm.model import Request
+from hpcmon.exporter.geopm.model import Request
 
 DOMAINS = (
     "board",

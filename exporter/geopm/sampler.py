@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from exporter.collector import Periodic, ProblemLog
-from exporter.geopm.model import Backend, BackendError, Sample, SampleBatch, SignalKey
+from hpcmon.exporter.collector import Periodic, ProblemLog
+from hpcmon.exporter.geopm.model import Backend, BackendError, Sample, SampleBatch, SignalKey
 
 log = logging.getLogger("hpcmon.exporter.geopm")
 

@@ -23,9 +23,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
-from exporter.collector import (
+from hpcmon.exporter.collector import (
     Collector,
     ProblemLog,
     add_flag,
@@ -33,20 +31,28 @@ from exporter.collector import (
     count_flag,
     seconds_flag,
 )
-from exporter.exposition import KEEP_RAW_BYTES, Compressed, render_families
-from exporter.jobstats.limits import TopJobs, job_series
-from exporter.jobstats.parser import BYTE_OPERATIONS, U64_MAX, JobEntry, Target, iter_text
-from exporter.jobstats.rates import RateTracker
-from exporter.jobstats.render import LabelCache, Layouts, TargetBlock, pack_target, render_blocks
-from exporter.jobstats.sources import (
+from hpcmon.exporter.exposition import KEEP_RAW_BYTES, Compressed, render_families
+from hpcmon.exporter.jobstats.limits import TopJobs, job_series
+from hpcmon.exporter.jobstats.parser import BYTE_OPERATIONS, U64_MAX, JobEntry, Target, iter_text
+from hpcmon.exporter.jobstats.rates import RateTracker
+from hpcmon.exporter.jobstats.render import (
+    LabelCache,
+    Layouts,
+    TargetBlock,
+    pack_target,
+    render_blocks,
+)
+from hpcmon.exporter.jobstats.sources import (
     DEFAULT_MAX_BYTES,
     FileSource,
     LctlSource,
     ProcfsSource,
     Source,
 )
-from exporter.jobstats.worker import SamplerProcess
-from hpcmon.jobid import JobIdPattern
+from hpcmon.exporter.jobstats.worker import SamplerProcess
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from hpcmon.common.jobid import JobIdPattern
 
 log = logging.getLogger("hpcmon.exporter.jobstats")
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from exporter.jobstats.parser import BYTE_OPERATIONS, U64_MAX, JobEntry, OpStats
-from exporter.jobstats.render import Layout
+from hpcmon.exporter.jobstats.parser import BYTE_OPERATIONS, U64_MAX, JobEntry, OpStats
+from hpcmon.exporter.jobstats.render import Layout
 
 OTHER = "other"
 Rates = dict[str, tuple[tuple[str, ...], tuple[float, ...]]]

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from hpcmon.jobid import decode_lustre_jobid
+from hpcmon.common.jobid import decode_lustre_jobid
 
 # Operations whose ``sum`` is a byte count (the others count calls, ``usecs`` sums latency).
 BYTE_OPERATIONS = ("read_bytes", "write_bytes")

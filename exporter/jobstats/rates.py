@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from exporter.jobstats.parser import BYTE_OPERATIONS, JobEntry
+from hpcmon.exporter.jobstats.parser import BYTE_OPERATIONS, JobEntry
 
 MIN_STEP = 1e-3  # seconds
 MAX_RATE = 1e15  # per second

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from hpcmon.process import exited, kill_group
+from hpcmon.common.process import exited, kill_group
 
 LCTL_PARAMS = ("mdt.*.job_stats", "obdfilter.*.job_stats")
 # A line that starts a parameter in ``lctl get_param`` output (``name=``), after its newline.

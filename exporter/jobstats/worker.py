@@ -3,9 +3,9 @@
 Reading, parsing and rendering a big server's job_stats costs seconds of CPU every interval.
 In the exporter's process that work would hold the interpreter lock while scrapes are being
 served, so scrapes that coincide with a sample would be several times slower than the others.
-In a child process (``python -m exporter.jobstats.worker``), at a lower CPU priority, it never
-delays a scrape: the exporter receives each finished exposition, already compressed, through
-the child's stdout, and serves the last one until the next arrives.
+In a child process (``python -m hpcmon.exporter.jobstats.worker``), at a lower CPU priority,
+it never delays a scrape: the exporter receives each finished exposition, already compressed,
+through the child's stdout, and serves the last one until the next arrives.
 
 The child dies with the exporter (parent-death signal, or a closed pipe); on SIGTERM it kills
 a running lctl first. If the child dies on its own, the collector reports failure (no stale
@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
-from exporter.collector import LOG_FORMAT, Periodic
-from exporter.exposition import Compressed
+from hpcmon.exporter.collector import LOG_FORMAT, Periodic
+from hpcmon.exporter.exposition import Compressed
 
 log = logging.getLogger("hpcmon.exporter.jobstats")
 
@@ -52,7 +52,7 @@ def _die_with_parent() -> None:
 def child_main(source: BinaryIO, out: BinaryIO) -> None:
     """Read (options, log level) from ``source``, then sample every ``--jobstats.interval``
     seconds and write each compressed exposition to ``out``, pickled."""
-    from exporter.jobstats.collector import JobstatsCollector
+    from hpcmon.exporter.jobstats.collector import JobstatsCollector
 
     _die_with_parent()
     options, log_level = pickle.load(source)
@@ -118,7 +118,7 @@ class SamplerProcess:
             [str(PACKAGE_ROOT), *filter(None, [env.get("PYTHONPATH")])]
         )
         process = subprocess.Popen(
-            [sys.executable, "-m", "exporter.jobstats.worker"],
+            [sys.executable, "-m", "hpcmon.exporter.jobstats.worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,

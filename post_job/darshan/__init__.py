@@ -10,15 +10,15 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from post_job.darshan.model import DarshanLog, JobInfo, header_problems
-from post_job.darshan.points import log_points
-from post_job.darshan.reader import read_log, read_logs, read_text
-from post_job.darshan.signals import LogSignals, compute_signals
-from post_job.darshan.signals_text import write_signals
-from post_job.files import unexpected_error
-from post_job.model import JobContext, SourceOutput
-from post_job.options import option
-from post_job.problems import Problems, SourceError
+from hpcmon.post_job.darshan.model import DarshanLog, JobInfo, header_problems
+from hpcmon.post_job.darshan.points import log_points
+from hpcmon.post_job.darshan.reader import read_log, read_logs, read_text
+from hpcmon.post_job.darshan.signals import LogSignals, compute_signals
+from hpcmon.post_job.darshan.signals_text import write_signals
+from hpcmon.post_job.files import unexpected_error
+from hpcmon.post_job.model import JobContext, SourceOutput
+from hpcmon.post_job.options import option
+from hpcmon.post_job.problems import Problems, SourceError
 
 __all__ = ["collect_darshan", "read_log", "read_text"]
 

@@ -9,12 +9,12 @@ from collections.abc import Iterator, Sequence
 from itertools import chain
 from pathlib import Path
 
-from post_job.darshan.model import DarshanLog
-from post_job.darshan.reader_pydarshan import (
+from hpcmon.post_job.darshan.model import DarshanLog
+from hpcmon.post_job.darshan.reader_pydarshan import (
     read_darshan_log_isolated,
     read_darshan_logs_isolated,
 )
-from post_job.darshan.reader_text import read_parser_text
+from hpcmon.post_job.darshan.reader_text import read_parser_text
 
 
 def read_log(path: Path) -> DarshanLog:

@@ -24,8 +24,7 @@ from multiprocessing.connection import Connection, Pipe
 from pathlib import Path
 
 import numpy as np
-
-from post_job.darshan.model import (
+from hpcmon.post_job.darshan.model import (
     HEATMAP,
     HEATMAP_IDS,
     IO_MODULES,
@@ -37,8 +36,8 @@ from post_job.darshan.model import (
     is_record_id_counter,
     partial_warning,
 )
-from post_job.files import not_a_regular_file
-from post_job.problems import SourceError
+from hpcmon.post_job.files import not_a_regular_file
+from hpcmon.post_job.problems import SourceError
 
 # A Darshan log starts with its format version string, e.g. b"3.41\0\0\0\0".
 _MAGIC_PREFIXES = (b"3.", b"2.")

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
-from post_job.darshan.model import (
+from hpcmon.post_job.darshan.model import (
     HEATMAP,
     IO_MODULES,
     SKIPPED_MODULES,
@@ -29,8 +28,8 @@ from post_job.darshan.model import (
     is_record_id_counter,
     partial_warning,
 )
-from post_job.files import read_input
-from post_job.problems import Problems, SourceError
+from hpcmon.post_job.files import read_input
+from hpcmon.post_job.problems import Problems, SourceError
 
 _PARTIAL_MARK = b"# *WARNING*: The "
 _PARTIAL = re.compile(rb"# \*WARNING\*: The (\S+) module contains incomplete data!")

@@ -11,8 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from post_job.darshan.model import DarshanLog, HeatmapRecord, ModuleTable
+from hpcmon.post_job.darshan.model import DarshanLog, HeatmapRecord, ModuleTable
 
 MIB = 1024.0 * 1024.0
 

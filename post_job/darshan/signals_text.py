@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from post_job.darshan.model import JobInfo
-from post_job.darshan.signals import NA, LogSignals, Value
-from post_job.files import replaced_atomically
+from hpcmon.post_job.darshan.model import JobInfo
+from hpcmon.post_job.darshan.signals import NA, LogSignals, Value
+from hpcmon.post_job.files import replaced_atomically
 
 _RULE = "# " + "=" * 60
 # module signals that need the module's time; the others are sizes and totals (MODULE_AGG)

@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from post_job.files import file_time_ns, unexpected_error
-from post_job.geopm_report.model import Report
-from post_job.geopm_report.points import report_points, session_points
-from post_job.geopm_report.reader import parse_report_file
-from post_job.model import JobContext, SourceOutput
-from post_job.problems import Problems
+from hpcmon.post_job.files import file_time_ns, unexpected_error
+from hpcmon.post_job.geopm_report.model import Report
+from hpcmon.post_job.geopm_report.points import report_points, session_points
+from hpcmon.post_job.geopm_report.reader import parse_report_file
+from hpcmon.post_job.model import JobContext, SourceOutput
+from hpcmon.post_job.problems import Problems
 
 __all__ = ["collect_geopm_report"]
 

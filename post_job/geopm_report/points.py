@@ -25,9 +25,9 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from post_job.geopm_report.model import Report, SessionReport, Value
-from post_job.model import JobContext
-from post_job.points import FieldValue, Point
+from hpcmon.post_job.geopm_report.model import Report, SessionReport, Value
+from hpcmon.post_job.model import JobContext
+from hpcmon.post_job.points import FieldValue, Point
 
 # Unit as written in the key -> (name in the field, factor to that unit).
 UNIT_NAMES: dict[str, tuple[str, float]] = {

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from post_job.files import read_input
-from post_job.geopm_report.model import ParseResult
-from post_job.geopm_report.runtime import parse_text_era, parse_yaml_era
-from post_job.geopm_report.session import parse_session_csv, parse_session_yaml
-from post_job.problems import Problems, SourceError
+from hpcmon.post_job.files import read_input
+from hpcmon.post_job.geopm_report.model import ParseResult
+from hpcmon.post_job.geopm_report.runtime import parse_text_era, parse_yaml_era
+from hpcmon.post_job.geopm_report.session import parse_session_csv, parse_session_yaml
+from hpcmon.post_job.problems import Problems, SourceError
 
 
 def parse_report_file(path: str | Path, problems: Problems | None = None) -> ParseResult:

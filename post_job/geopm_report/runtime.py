@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from post_job.geopm_report.model import SCOPE_BY_SECTION, HostReport, Region, Report, Value
-from post_job.geopm_report.values import (
+from hpcmon.post_job.geopm_report.model import SCOPE_BY_SECTION, HostReport, Region, Report, Value
+from hpcmon.post_job.geopm_report.values import (
     append_line,
     key_value_or_report,
     normalise_hash,
@@ -17,7 +17,7 @@ from post_job.geopm_report.values import (
     unquote,
     value_with_unit,
 )
-from post_job.problems import Problems
+from hpcmon.post_job.problems import Problems
 
 _TEXT_REGION = re.compile(r"Region (.*) \(([^()]*)\):")
 

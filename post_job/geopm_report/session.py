@@ -5,9 +5,14 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from post_job.geopm_report.model import SessionReport, SignalStats
-from post_job.geopm_report.values import key_value_or_report, parse_iso_time, parse_value, unquote
-from post_job.problems import Problems
+from hpcmon.post_job.geopm_report.model import SessionReport, SignalStats
+from hpcmon.post_job.geopm_report.values import (
+    key_value_or_report,
+    parse_iso_time,
+    parse_value,
+    unquote,
+)
+from hpcmon.post_job.problems import Problems
 
 SESSION_STATS = ("count", "first", "last", "min", "max", "mean", "std")
 SESSION_SUMMARY_KEYS = (

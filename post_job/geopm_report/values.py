@@ -6,9 +6,10 @@ from __future__ import annotations
 import datetime as dt
 import re
 
-from hpcmon.timeutil import NS_PER_SECOND
-from post_job.geopm_report.model import Value
-from post_job.problems import Problems
+from hpcmon.post_job.geopm_report.model import Value
+from hpcmon.post_job.problems import Problems
+
+from hpcmon.common.timeutil import NS_PER_SECOND
 
 _MONTHS = {
     name: number

@@ -9,17 +9,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from post_job.files import input_labels, unexpected_error
-from post_job.model import JobContext, SourceOutput
-from post_job.options import option
-from post_job.problems import Problems, SourceError
-from post_job.recorder.dataframe import (
+from hpcmon.post_job.files import input_labels, unexpected_error
+from hpcmon.post_job.model import JobContext, SourceOutput
+from hpcmon.post_job.options import option
+from hpcmon.post_job.problems import Problems, SourceError
+from hpcmon.post_job.recorder.dataframe import (
     MultiRecorderDFHandler,
     RecorderDataFrame,
     RecorderDataReader,
 )
-from post_job.recorder.points import trace_points
-from post_job.recorder.reader import read_recorder_trace
+from hpcmon.post_job.recorder.points import trace_points
+from hpcmon.post_job.recorder.reader import read_recorder_trace
 
 __all__ = [
     "MultiRecorderDFHandler",

@@ -8,10 +8,10 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from post_job.files import not_a_regular_file
-from post_job.problems import SourceError
-from post_job.recorder.grammar import Grammar, shift_terminals
-from post_job.recorder.model import CallSignature, TraceMetadata, function_type
+from hpcmon.post_job.files import not_a_regular_file
+from hpcmon.post_job.problems import SourceError
+from hpcmon.post_job.recorder.grammar import Grammar, shift_terminals
+from hpcmon.post_job.recorder.model import CallSignature, TraceMetadata, function_type
 
 MAX_RANKS = 1_000_000
 _BLOCK_HEADER = struct.Struct("<QQ")

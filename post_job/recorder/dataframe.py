@@ -20,9 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
-from post_job.recorder.model import CallSignature, RecorderTrace
-from post_job.recorder.reader import read_recorder_trace
+from hpcmon.post_job.recorder.model import CallSignature, RecorderTrace
+from hpcmon.post_job.recorder.reader import read_recorder_trace
 
 # Argument that names the file, for POSIX calls (path already resolved by Recorder).
 _POSIX_FILE_ARG: dict[str, int] = {

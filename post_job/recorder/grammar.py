@@ -7,9 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
-from post_job.problems import SourceError
-from post_job.recorder.model import CallSignature, RankTrace, TraceMetadata
+from hpcmon.post_job.problems import SourceError
+from hpcmon.post_job.recorder.model import CallSignature, RankTrace, TraceMetadata
 
 # A grammar that expands beyond this many calls per rank is treated as corrupt (it would
 # need > 2 GB of memory to hold); real traces this large are out of scope for a post-job hook.

@@ -7,9 +7,8 @@ import struct
 from pathlib import Path
 
 import numpy as np
-
-from post_job.problems import SourceError
-from post_job.recorder.binary import (
+from hpcmon.post_job.problems import SourceError
+from hpcmon.post_job.recorder.binary import (
     checked_metadata,
     function_names,
     iter_blocks,
@@ -19,8 +18,8 @@ from post_job.recorder.binary import (
     read_blocks,
     read_file,
 )
-from post_job.recorder.grammar import Grammar, decode_rank, parse_cfg
-from post_job.recorder.model import CallSignature, RecorderTrace, TraceMetadata
+from hpcmon.post_job.recorder.grammar import Grammar, decode_rank, parse_cfg
+from hpcmon.post_job.recorder.model import CallSignature, RecorderTrace, TraceMetadata
 
 # total_ranks, tracing flags (8 in 3.0, 6 in 2.5), start_ts, resolution, buffer, 4 flags
 _MT_30 = struct.Struct("<i8?4xddi4?")

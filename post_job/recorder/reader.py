@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from post_job.problems import SourceError
-from post_job.recorder.layouts import read_layout_24, read_layout_25_30
-from post_job.recorder.model import RecorderTrace
+from hpcmon.post_job.problems import SourceError
+from hpcmon.post_job.recorder.layouts import read_layout_24, read_layout_25_30
+from hpcmon.post_job.recorder.model import RecorderTrace
 
 
 def read_recorder_trace(path: Path) -> RecorderTrace:

@@ -11,11 +11,11 @@ import gc
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from post_job.files import input_labels, replaced_atomically, unexpected_error
-from post_job.model import JobContext, SourceOutput
-from post_job.options import option
-from post_job.problems import SourceError
-from post_job.viztracer.cleaning import (
+from hpcmon.post_job.files import input_labels, replaced_atomically, unexpected_error
+from hpcmon.post_job.model import JobContext, SourceOutput
+from hpcmon.post_job.options import option
+from hpcmon.post_job.problems import SourceError
+from hpcmon.post_job.viztracer.cleaning import (
     CleanedViztracerData,
     CleaningOptions,
     CleaningResult,
@@ -23,15 +23,15 @@ from post_job.viztracer.cleaning import (
     FunctionStats,
     clean_trace,
 )
-from post_job.viztracer.model import ViztracerTrace
-from post_job.viztracer.points import (
+from hpcmon.post_job.viztracer.model import ViztracerTrace
+from hpcmon.post_job.viztracer.points import (
     TraceSummary,
     function_points,
     merge_function_stats,
     summary_point,
     trace_time_ns,
 )
-from post_job.viztracer.reader import read_trace
+from hpcmon.post_job.viztracer.reader import read_trace
 
 __all__ = [
     "CleanedViztracerData",

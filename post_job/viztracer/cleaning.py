@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from post_job.viztracer.model import Call, ThreadCalls, ThreadKey, ViztracerTrace
+from hpcmon.post_job.viztracer.model import Call, ThreadCalls, ThreadKey, ViztracerTrace
 
 AGGREGATE_FIRST = "aggregate-first"
 FILTER_FIRST = "filter-first"

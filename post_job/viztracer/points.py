@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from post_job.files import file_time_ns
-from post_job.model import JobContext
-from post_job.points import Point
-from post_job.viztracer.cleaning import CleaningResult, FunctionStats, total_time_error
-from post_job.viztracer.model import ViztracerTrace
+from hpcmon.post_job.files import file_time_ns
+from hpcmon.post_job.model import JobContext
+from hpcmon.post_job.points import Point
+from hpcmon.post_job.viztracer.cleaning import CleaningResult, FunctionStats, total_time_error
+from hpcmon.post_job.viztracer.model import ViztracerTrace
 
 US_PER_SECOND = 1_000_000
 

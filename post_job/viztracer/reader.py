@@ -20,9 +20,9 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from post_job.files import read_input
-from post_job.problems import Problems, SourceError
-from post_job.viztracer.model import ThreadCalls, ThreadKey, ViztracerTrace
+from hpcmon.post_job.files import read_input
+from hpcmon.post_job.problems import Problems, SourceError
+from hpcmon.post_job.viztracer.model import ThreadCalls, ThreadKey, ViztracerTrace
 
 # Timestamps and durations beyond ~31 years in microseconds are garbage, not data.
 MAX_MICROSECONDS = 1e15
