@@ -49,6 +49,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from hpcmon.exporter.collector import add_path_flags  # noqa: E402
 from hpcmon.exporter.jobstats import parser as jobstats_parser  # noqa: E402
 from hpcmon.exporter.jobstats.collector import JobstatsCollector  # noqa: E402
 from hpcmon.exporter.jobstats.parser import parse_text  # noqa: E402
@@ -173,6 +174,7 @@ def synthetic_tree(root: Path, osts: int, jobs_per_ost: int) -> int:
 # ---------------------------------------------------------------- measurements
 def collector_for(root: Path) -> JobstatsCollector:
     options = argparse.ArgumentParser()
+    add_path_flags(options)
     JobstatsCollector.add_arguments(options)
     return JobstatsCollector(
         options.parse_args(

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from hpcmon.exporter.collector import LOG_FORMAT, Collector, ProblemLog, add_flag
+from hpcmon.exporter.collector import LOG_FORMAT, Collector, ProblemLog, add_flag, add_path_flags
 from hpcmon.exporter.exposition import Compressed, Part, render_families
 from hpcmon.exporter.web import listen_address_flag, load_web_config, make_server
 from prometheus_client import REGISTRY, generate_latest
@@ -75,6 +75,7 @@ def build_parser(collectors: dict[str, type[Collector]]) -> argparse.ArgumentPar
             default=cls.enabled_by_default,
             help=cls.description,
         )
+    add_path_flags(parser)
     for cls in collectors.values():
         cls.add_arguments(parser)
     return parser

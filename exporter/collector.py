@@ -44,6 +44,24 @@ def add_flag(parser: argparse.ArgumentParser | Any, name: str, **kwargs: Any) ->
     parser.add_argument(name, dest=dest, **kwargs)
 
 
+def add_path_flags(parser: argparse.ArgumentParser | Any) -> None:
+    """The mount points every collector reads under, defined once (node_exporter's names), so
+    a collector never reaches into another one's flags."""
+    add_flag(
+        parser,
+        "--path.procfs",
+        default="/proc",
+        help="procfs mount point (jobstats procfs source, jobs' cgroup v2 uids)",
+    )
+    add_flag(parser, "--path.sysfs", default="/sys", help="sysfs mount point (powercap zones)")
+    add_flag(
+        parser,
+        "--path.cgroupfs",
+        default="/sys/fs/cgroup",
+        help="cgroup file system mount point (Slurm jobs on the node)",
+    )
+
+
 def seconds_flag(low: float, high: float, *, high_included: bool = True) -> Callable[[str], float]:
     """A flag type for a number of seconds in ``[low, high]`` (``[low, high)`` when
     ``high_included`` is false); the error says what is expected."""

@@ -177,12 +177,6 @@ class NodeJobsCollector(Collector):
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
         add_flag(
             parser,
-            "--path.cgroupfs",
-            default="/sys/fs/cgroup",
-            help="cgroup file system mount point",
-        )
-        add_flag(
-            parser,
             "--jobs.dir",
             default=None,
             help="directory with one file per running job, written by a Slurm prolog",
@@ -192,8 +186,7 @@ class NodeJobsCollector(Collector):
         super().__init__(options)
         self.cgroupfs = Path(options.path_cgroupfs)
         self.jobs_dir = Path(options.jobs_dir) if options.jobs_dir else None
-        # --path.procfs belongs to the jobstats collector; use it when it is registered.
-        self.procfs = Path(getattr(options, "path_procfs", None) or "/proc")
+        self.procfs = Path(options.path_procfs)
         self._problems = ProblemLog(log, limit=1000)
 
     def jobs(self) -> list[NodeJob]:

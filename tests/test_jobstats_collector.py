@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hpcmon.exporter.collector import add_path_flags
 from hpcmon.exporter.jobstats.collector import JobstatsCollector
 from hpcmon.exporter.jobstats.parser import JobEntry, OpStats
 from hpcmon.exporter.jobstats.rates import RateTracker
@@ -34,6 +35,7 @@ Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 def make_collector(*flags: str) -> JobstatsCollector:
     parser = argparse.ArgumentParser()
+    add_path_flags(parser)
     JobstatsCollector.add_arguments(parser)
     return JobstatsCollector(parser.parse_args(["--jobstats.interval", "0", *flags]))
 

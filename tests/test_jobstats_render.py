@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hpcmon.exporter.collector import add_path_flags
 from hpcmon.exporter.exposition import render_families
 from hpcmon.exporter.jobstats.collector import JobstatsCollector
 from hpcmon.exporter.jobstats.parser import JobEntry, parse_text
@@ -175,6 +176,7 @@ PROMTOOL = shutil.which("promtool")
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (make test installs it)")
 def test_promtool_accepts_the_collector_output(tmp_path: Path) -> None:
     parser = argparse.ArgumentParser()
+    add_path_flags(parser)
     JobstatsCollector.add_arguments(parser)
     (tmp_path / "nasty.txt").write_text(NASTY)
     for name in (

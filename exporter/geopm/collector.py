@@ -151,12 +151,6 @@ class GeopmCollector(Collector):
             default="geopmsession",
             help="geopmsession executable for --geopm.backend geopmsession",
         )
-        add_flag(
-            parser,
-            "--path.sysfs",
-            default="/sys",
-            help="sysfs mount point, for powercap zones",
-        )
 
     def __init__(self, options: argparse.Namespace) -> None:
         super().__init__(options)

@@ -220,13 +220,6 @@ class JobstatsCollector(Collector):
         )
         add_flag(
             parser,
-            "--path.procfs",
-            default="/proc",
-            help="procfs mount point, for --jobstats.source=procfs and the jobs collector's "
-            "cgroup v2 uids",
-        )
-        add_flag(
-            parser,
             "--jobstats.path",
             default=None,
             help="file or glob with lctl get_param output, for --jobstats.source=file",
