@@ -37,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import median_seconds  # noqa: E402
 
 from devtools.servers import run_exporter, run_victoria_metrics, run_vmagent  # noqa: E402
+from tests.exporter.jobstats_synth import write_server  # noqa: E402
 from tests.fleet import run_exporters  # noqa: E402
-from tests.jobstats_synth import write_server  # noqa: E402
 
 RESULTS = REPO / "bench-results" / "site_scale.json"
 FLEET = 20  # exporters (one OSS each)

@@ -1,7 +1,7 @@
 """``hpcmon-exporter --print-series-budget``: how many series a site's exporters expose, from
 the site's shape and the exporter's flags, and what that costs a Prometheus in memory.
 
-The formula (checked exactly against the real exporter's output in tests/test_series_budget.py):
+The formula (checked exactly against the real exporter's output in tests/exporter/test_series_budget.py):
 
 per job entry exported on a target, with ``b`` byte operations (read_bytes, write_bytes) and
 ``k`` other operations left by --jobstats.operations / --jobstats.operations-deny:

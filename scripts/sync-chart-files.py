@@ -3,7 +3,7 @@
 
 The chart reads its dashboards, rule files and Grafana provisioning from that folder with
 .Files.Get/.Files.Glob. It is the generator's output copied verbatim, never edited by hand:
-tests/test_helm_generated.py regenerates it and fails when the two differ.
+tests/deploy/test_helm_generated.py regenerates it and fails when the two differ.
 
     .venv/bin/python scripts/sync-chart-files.py [--config FILE] [--check]
 """

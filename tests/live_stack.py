@@ -14,8 +14,8 @@ from pathlib import Path
 
 from devtools.replay import load_sections, render, write_atomically
 from devtools.servers import ExporterProcess, Prometheus, free_port, run_exporter, run_prometheus
-from tests.test_geopm_helpers import write_zone
-from tests.test_geopm_integration import START_UJ, EnergyWriter
+from tests.exporter.test_geopm_helpers import write_zone
+from tests.exporter.test_geopm_integration import START_UJ, EnergyWriter
 
 DATA = Path(__file__).parent / "data"
 CAPTURE_GLOBS = (

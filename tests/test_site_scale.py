@@ -28,9 +28,9 @@ from devtools.servers import (
     run_vmagent,
     run_vmalert,
 )
+from tests.dashboards.test_dashboards_influxql import INPUTS, JOB, ROOT
 from tests.fleet import AlertReceiver, fleet_sections, fleet_target, run_exporters
 from tests.live_stack import SCRAPE_JOB, Replay, run_live_exporters, scrape_config
-from tests.test_dashboards_influxql import INPUTS, JOB, ROOT
 
 pytestmark = pytest.mark.integration
 

@@ -1,0 +1,82 @@
+"""Every InfluxQL of the job drill-down returns series on a real InfluxDB 1.6.7 after the real
+post-job hook wrote a job's bundled Darshan, Recorder, VizTracer and GEOPM data."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hpcmon.dashboards import config as dashboards_config
+from hpcmon.dashboards import generate, lint
+
+from devtools.demo import POST_JOB_INPUTS
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB = "1728032"
+DATABASE = "hpcmon_dashboards"
+INPUTS = POST_JOB_INPUTS  # the demo's finished job: two Darshan logs, Recorder, VizTracer, GEOPM
+
+
+@pytest.fixture(scope="module")
+def written(influxdb1, tmp_path_factory):
+    influxdb1.create_database(DATABASE)
+    spool = tmp_path_factory.mktemp("spool")
+    command = [
+        sys.executable, "-m", "hpcmon.post_job", "--job-id", JOB, "--cluster", "demo", *INPUTS,
+        "--influx.v1-url", influxdb1.url, "--influx.database", DATABASE,
+        "--spool-dir", str(spool),
+    ]  # fmt: skip
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    return influxdb1
+
+
+def _time_filter(influx) -> str:
+    """The job's whole span, as Grafana's $timeFilter would cover it."""
+    first = influx.series(
+        f'SELECT * FROM "darshan_heatmap_bin" WHERE "jobid" = \'{JOB}\' ORDER BY time ASC LIMIT 1',
+        db=DATABASE,
+    )[0]["values"][0][0]
+    last = influx.series(
+        f'SELECT * FROM "darshan_heatmap_bin" WHERE "jobid" = \'{JOB}\' ORDER BY time DESC LIMIT 1',
+        db=DATABASE,
+    )[0]["values"][0][0]
+    return f"time >= {first}ns AND time <= {last}ns"
+
+
+@pytest.mark.parametrize("cluster", ["", "demo"])
+def test_every_job_dashboard_influxql_returns_series(written, cluster) -> None:
+    influx = written
+    config = dashboards_config.replace(dashboards_config.Config(), cluster=cluster)
+    board = generate.dashboards(config)["hpcmon-job"]
+    values = {"jobid": JOB, "timeFilter": _time_filter(influx), "__interval": "1m"}
+    queries = list(lint.influxql_queries(board))
+    assert len(queries) >= 15
+    problems = []
+    for where, query in queries:
+        text = lint.substitute_variables(query, values)
+        series = influx.series(text, db=DATABASE)
+        if not series:
+            problems.append(f"{where}: no series: {text}")
+            continue
+        if where.startswith("variable"):
+            assert [JOB] in series[0]["values"] or any(JOB in row for row in series[0]["values"])
+            continue
+        for column_index, column in enumerate(series[0]["columns"][1:], start=1):
+            if all(row[column_index] is None for s in series for row in s["values"]):
+                problems.append(f"{where}: column {column!r} has no value: {text}")
+    assert not problems, "\n".join(problems)
+
+
+def test_a_misspelt_field_is_caught(written) -> None:
+    """InfluxDB answers 200 with no values for an unknown field; the check above sees it."""
+    influx = written
+    series = influx.series(
+        f'SELECT last("nprocs"), last("nprocz") FROM "darshan_job" WHERE "jobid" = \'{JOB}\'',
+        db=DATABASE,
+    )
+    assert all(row[2] is None for row in series[0]["values"])

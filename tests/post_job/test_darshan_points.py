@@ -1,0 +1,191 @@
+"""Darshan points (names, NA handling, timestamps from the log, top-K, idempotency), the
+spec's text output, and one round trip through the real InfluxDB 1.6.7."""
+
+from __future__ import annotations
+
+import urllib.request
+
+import pytest
+from hpcmon.post_job.darshan import collect_darshan
+from hpcmon.post_job.darshan.signals import (
+    HEATMAP_SIGNALS,
+    NA_REASONS,
+    POSIX_SIGNALS,
+    RECORD_SIGNALS,
+)
+from hpcmon.post_job.model import JobContext
+from hpcmon.post_job.points import to_lines
+
+from tests.post_job.darshan_helpers import (
+    E3SM,
+    INACTIVE,
+    MPI_IO_TEST,
+    TEXTS,
+    log_path,
+    raw_records,
+    text_path,
+)
+
+JOB = JobContext("4242", "clusterA")
+POLARIS = TEXTS / "polaris_3124622_1736380575.txt"
+RECORD_EXTRAS = {"file", "bytes_read", "bytes_written", "io_time", "na_reasons"}
+
+
+def header_value(path, key):
+    for line in path.read_text().splitlines():
+        if line.startswith(f"# {key}: "):
+            return line.split(": ", 1)[1]
+    raise AssertionError(key)
+
+
+def by_measurement(output, name):
+    return [p for p in output.points if p.measurement == name]
+
+
+def test_record_points_use_spec_names_and_keep_na_reasons_aside():
+    output = collect_darshan([log_path(MPI_IO_TEST)], [], JOB)
+    records = by_measurement(output, "darshan_record")
+    assert records
+    allowed = set(RECORD_SIGNALS) | set(POSIX_SIGNALS) | RECORD_EXTRAS
+    for point in records:
+        assert set(point.fields) <= allowed
+        assert set(point.tags) == {"jobid", "cluster", "log", "module", "rank", "record_id"}
+        for item in filter(None, str(point.fields.get("na_reasons", "")).split(",")):
+            name, reason = item.split(":")
+            assert reason in NA_REASONS and name not in point.fields
+    (stdio,) = [p for p in records if p.tags["module"] == "STDIO"]
+    assert "avg_read_size:no_reads" in stdio.fields["na_reasons"]
+    assert stdio.fields["file"] == "<STDOUT>"
+    assert stdio.fields["avg_write_size"] == pytest.approx(322 / 6)
+
+
+def test_timestamps_come_from_the_log_and_reruns_write_the_same_lines():
+    start = int(header_value(text_path(INACTIVE), "start_time"))
+    first = collect_darshan([log_path(INACTIVE)], [], JOB)
+    second = collect_darshan([log_path(INACTIVE)], [], JOB)
+    assert to_lines(first.points) == to_lines(second.points)
+    for name in ("darshan_job", "darshan_module", "darshan_record", "darshan_heatmap"):
+        assert {p.time_ns for p in by_measurement(first, name)} <= {start * 10**9}
+
+
+def test_heatmap_bin_points_are_the_job_timeline_summed_over_ranks():
+    raw = raw_records(text_path(INACTIVE))
+    start = int(header_value(text_path(INACTIVE), "start_time"))
+    writes: dict[int, float] = {}
+    width = None
+    for (module, _rank, _rid), counters in raw.items():
+        if module != "HEATMAP":
+            continue
+        width = counters["HEATMAP_F_BIN_WIDTH_SECONDS"]
+        for name, value in counters.items():
+            if name.startswith("HEATMAP_WRITE_BIN_"):
+                k = int(name.rsplit("_", 1)[1])
+                writes[k] = writes.get(k, 0) + value
+    output = collect_darshan([log_path(INACTIVE)], [], JOB)
+    bins = [p for p in by_measurement(output, "darshan_heatmap_bin") if p.tags["module"] == "STDIO"]
+    assert len(bins) == max(writes) + 1
+    for point in bins:
+        k = point.fields["bin"]
+        assert point.fields["write_bytes"] == writes.get(k, 0)
+        assert point.time_ns == round((start + k * width) * 10**9)
+    (heatmap,) = [
+        p for p in by_measurement(output, "darshan_heatmap") if p.tags["module"] == "STDIO"
+    ]
+    assert heatmap.fields["total_write_events"] == sum(writes.values())
+    assert set(heatmap.fields) <= set(HEATMAP_SIGNALS) | {"bin_width", "nbins", "na_reasons"}
+
+
+def test_top_k_records_plus_every_shared_file():
+    raw = raw_records(POLARIS)
+    output = collect_darshan([], [POLARIS], JOB, top_records=1)
+    kept = {
+        (p.tags["module"], int(p.tags["rank"]), int(p.tags["record_id"]))
+        for p in by_measurement(output, "darshan_record")
+    }
+    for module in ("POSIX", "MPI-IO", "STDIO"):
+        prefix = "MPIIO" if module == "MPI-IO" else module
+        mine = {k: c for k, c in raw.items() if k[0] == module}
+        shared = {k for k in mine if k[1] == -1}
+        assert shared <= kept
+        biggest = max(
+            mine, key=lambda k: mine[k][f"{prefix}_BYTES_READ"] + mine[k][f"{prefix}_BYTES_WRITTEN"]
+        )
+        assert biggest in kept
+        assert len({k for k in kept if k[0] == module} - shared) <= 2
+    assert len(by_measurement(output, "darshan_record")) < sum(1 for _ in raw) + 1
+
+
+def test_job_point_fields():
+    output = collect_darshan([], [text_path(MPI_IO_TEST)], JOB)
+    (job,) = by_measurement(output, "darshan_job")
+    assert job.fields["nprocs"] == int(header_value(text_path(MPI_IO_TEST), "nprocs"))
+    assert job.fields["uid"] == 30146 and job.fields["exe"] == "mpi-io-test"
+    assert job.fields["runtime"] == float(header_value(text_path(MPI_IO_TEST), "run time"))
+    assert job.tags == {"jobid": "4242", "cluster": "clusterA", "log": MPI_IO_TEST}
+
+
+def test_signals_text_output_preserves_the_header_and_has_five_columns(tmp_path):
+    out = tmp_path / "signals.txt"
+    collect_darshan([], [text_path(MPI_IO_TEST)], JOB, signals_out=out)
+    lines = out.read_text().splitlines()
+    assert lines[:3] == ["# " + "=" * 60, "# ORIGINAL DARSHAN LOG HEADER", "# " + "=" * 60]
+    original = text_path(MPI_IO_TEST).read_text().splitlines()
+    header = original[: original.index("# description of columns:")]
+    while header and not header[-1]:
+        header.pop()
+    assert lines[3 : 3 + len(header)] == header
+    body = [ln for ln in lines[3 + len(header) :] if ln]
+    assert body and all(len(ln.split("\t")) == 5 for ln in body)
+    assert "POSIX\t-1\t9347516096890457488\tSIGNAL_SEQ_READ_RATIO\t0.75" in body
+    assert "STDIO\t0\t15920181672442173319\tSIGNAL_AVG_READ_SIZE\tNA(no_reads)" in body
+
+
+@pytest.mark.integration
+def test_points_round_trip_through_influxdb1(influxdb1):
+    output = collect_darshan([log_path(E3SM)], [], JOB)
+    influxdb1.create_database("darshan_rt")
+    body = to_lines(output.points).encode()
+    request = urllib.request.Request(
+        f"{influxdb1.url}/write?db=darshan_rt", data=body, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status == 204
+    (posix,) = [p for p in by_measurement(output, "darshan_module") if p.tags["module"] == "POSIX"]
+    series = influxdb1.series(
+        "SELECT read_bw, write_bw, total_bytes_written FROM darshan_module "
+        "WHERE module='POSIX' AND jobid='4242'",
+        db="darshan_rt",
+    )
+    (row,) = series[0]["values"]
+    assert row[0] == posix.time_ns
+    assert row[2] == pytest.approx(posix.fields["write_bw"], rel=1e-12)
+    assert row[3] == posix.fields["total_bytes_written"]
+    bins = influxdb1.series(
+        "SELECT count(write_bytes) FROM darshan_heatmap_bin WHERE module='POSIX'", db="darshan_rt"
+    )
+    assert bins[0]["values"][0][1] == 114
+
+
+def test_signals_file_heatmap_lines_are_per_rank_and_modules_have_perf_and_agg(tmp_path):
+    # HEATMAP records exist per rank only (Darshan never writes rank -1 for them), spec v2.2
+    # drops module lines for HEATMAP, and its example prints event totals as floats.
+    out = tmp_path / "signals.txt"
+    collect_darshan([log_path(INACTIVE)], [], JOB, signals_out=out)
+    text = out.read_text()
+    assert "### Original Metrics" not in text and "(Preserved)" not in text
+    body = [ln.split("\t") for ln in text.splitlines() if ln and not ln.startswith("#")]
+    heat = [f for f in body if f[0] == "HEATMAP"]
+    raw_keys = {(r, i) for m, r, i in raw_records(text_path(INACTIVE)) if m == "HEATMAP"}
+    assert {(int(f[1]), int(f[2])) for f in heat} == raw_keys
+    assert len(heat) == 10 * len(raw_keys)
+    assert {f[3] for f in heat} == {f"SIGNAL_{n.upper()}" for n in HEATMAP_SIGNALS}
+    for f in heat:
+        if f[3] in ("SIGNAL_TOTAL_READ_EVENTS", "SIGNAL_PEAK_ACTIVITY_VALUE"):
+            assert "." in f[4], f
+        if f[3] in ("SIGNAL_ACTIVE_BINS",):
+            assert f[4].isdigit(), f
+    module_lines = [f for f in body if f[2] in ("MODULE_AGG", "MODULE_PERF")]
+    assert module_lines and all(f[0] != "HEATMAP" and f[1] == "-1" for f in module_lines)
+    stdio = {f[3]: f[2] for f in module_lines if f[0] == "STDIO"}
+    assert stdio["SIGNAL_READ_BW"] == stdio["SIGNAL_WRITE_IOPS"] == "MODULE_PERF"
+    assert stdio["SIGNAL_AVG_READ_SIZE"] == stdio["SIGNAL_TOTAL_BYTES_READ"] == "MODULE_AGG"
