@@ -29,6 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from timing import median_seconds  # noqa: E402
+
 from hpcmon.post_job.darshan import collect_darshan  # noqa: E402
 from hpcmon.post_job.darshan.model import IO_MODULES  # noqa: E402
 from hpcmon.post_job.darshan.points import log_points  # noqa: E402
@@ -39,7 +41,6 @@ from hpcmon.post_job.darshan.reader_pydarshan import (  # noqa: E402
 )
 from hpcmon.post_job.darshan.signals import compute_signals  # noqa: E402
 from hpcmon.post_job.model import JobContext  # noqa: E402
-from timing import median_seconds  # noqa: E402
 
 LOGS = ROOT / "tests" / "data" / "darshan" / "logs"
 BIG_LOGS = {

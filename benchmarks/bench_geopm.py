@@ -37,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from devtools.servers import free_port  # noqa: E402
 from hpcmon.exporter.cli import available_collectors  # noqa: E402
 from hpcmon.exporter.geopm.geopmsession_backend import (  # noqa: E402
     GeopmsessionBackend,
@@ -46,8 +47,6 @@ from hpcmon.exporter.geopm.geopmsession_backend import (  # noqa: E402
 from hpcmon.exporter.geopm.model import Request, SampleBatch  # noqa: E402
 from hpcmon.exporter.geopm.powercap import PowercapBackend  # noqa: E402
 from hpcmon.exporter.geopm.sampler import CounterTracker, Sampler, readings_from_batch  # noqa: E402
-
-from devtools.servers import free_port  # noqa: E402
 
 RESULTS = ROOT / "bench-results" / "geopm.json"
 STANDIN = ROOT / "tests" / "data" / "geopm" / "bin" / "geopmsession"

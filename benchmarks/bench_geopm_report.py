@@ -22,10 +22,11 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from timing import median_seconds  # noqa: E402
+
 from hpcmon.post_job.geopm_report.points import report_points  # noqa: E402
 from hpcmon.post_job.geopm_report.reader import parse_report_text  # noqa: E402
 from hpcmon.post_job.model import JobContext  # noqa: E402
-from timing import median_seconds  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "geopm_report"
 TARGET_SECONDS = 2.0

@@ -49,12 +49,11 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from devtools.servers import run_exporter  # noqa: E402
 from hpcmon.exporter.collector import add_path_flags  # noqa: E402
 from hpcmon.exporter.jobstats import parser as jobstats_parser  # noqa: E402
 from hpcmon.exporter.jobstats.collector import JobstatsCollector  # noqa: E402
 from hpcmon.exporter.jobstats.parser import parse_text  # noqa: E402
-
-from devtools.servers import run_exporter  # noqa: E402
 
 DATA = REPO / "tests" / "data" / "jobstats"
 REAL = sorted(DATA.glob("*pr149*lustre2.12.5.txt"))

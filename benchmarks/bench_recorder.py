@@ -28,12 +28,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hpcmon.post_job.model import JobContext  # noqa: E402
-from hpcmon.post_job.recorder import RecorderDataFrame, collect_recorder  # noqa: E402
-from hpcmon.post_job.recorder.reader import read_recorder_trace  # noqa: E402
 from timing import median_seconds  # noqa: E402
 
 from devtools.recorder_writer import RankCalls, Signature, write_trace  # noqa: E402
+from hpcmon.post_job.model import JobContext  # noqa: E402
+from hpcmon.post_job.recorder import RecorderDataFrame, collect_recorder  # noqa: E402
+from hpcmon.post_job.recorder.reader import read_recorder_trace  # noqa: E402
 
 TARGET_RECORDS_PER_S = 1_000_000
 RANKS = 8

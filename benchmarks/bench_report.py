@@ -33,6 +33,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from timing import median_seconds  # noqa: E402
+
+from devtools.servers import run_influxdb1  # noqa: E402
 from hpcmon.post_job.darshan.model import DarshanLog, HeatmapRecord, JobInfo, ModuleTable  # noqa: E402
 from hpcmon.post_job.darshan.points import log_points  # noqa: E402
 from hpcmon.post_job.darshan.signals import compute_signals  # noqa: E402
@@ -42,9 +45,6 @@ from hpcmon.report.darshan_log import darshan_from_log_objects  # noqa: E402
 from hpcmon.report.influx import InfluxSettings  # noqa: E402
 from hpcmon.report.model import FunctionStat, JobData, PrometheusData, Series, TargetUse  # noqa: E402
 from hpcmon.report.records import darshan_from_rows, rows_from_points  # noqa: E402
-from timing import median_seconds  # noqa: E402
-
-from devtools.servers import run_influxdb1  # noqa: E402
 
 RANKS = 1000
 START = 1_700_000_000

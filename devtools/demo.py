@@ -23,9 +23,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
-from hpcmon.dashboards import config as dashboards_config
-from hpcmon.dashboards import generate as dashboards_generate
-from hpcmon.dashboards import rules as dashboards_rules
 
 from devtools.replay import load_sections, render, write_atomically
 from devtools.servers import (
@@ -35,6 +32,9 @@ from devtools.servers import (
     run_influxdb1,
     run_prometheus,
 )
+from hpcmon.dashboards import config as dashboards_config
+from hpcmon.dashboards import generate as dashboards_generate
+from hpcmon.dashboards import rules as dashboards_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPTURES = ROOT / "tests" / "data" / "jobstats"

@@ -21,7 +21,6 @@ sys.path.insert(0, str(ROOT))
 from hpcmon.report.darshan_log import darshan_from_logs  # noqa: E402
 from hpcmon.report.insights import diagnose  # noqa: E402
 from hpcmon.report.model import JobData  # noqa: E402
-
 from tests.report.report_drishti import COVERED, drishti_codes  # noqa: E402
 
 

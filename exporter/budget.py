@@ -1,7 +1,7 @@
 """``hpcmon-exporter --print-series-budget``: how many series a site's exporters expose, from
 the site's shape and the exporter's flags, and what that costs a Prometheus in memory.
 
-The formula (checked exactly against the real exporter's output in tests/exporter/test_series_budget.py):
+The formula (checked exactly against the real exporter in tests/exporter/test_series_budget.py):
 
 per job entry exported on a target, with ``b`` byte operations (read_bytes, write_bytes) and
 ``k`` other operations left by --jobstats.operations / --jobstats.operations-deny:
@@ -31,9 +31,10 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from prometheus_client import REGISTRY, generate_latest
+
 from hpcmon.exporter.collector import count_flag
 from hpcmon.exporter.jobstats.collector import RATE_KINDS, _operations, rate_kinds
-from prometheus_client import REGISTRY, generate_latest
 
 # Operations a Lustre 2.15 target lists for every job (read_bytes/write_bytes included).
 OST_OPERATIONS = (

@@ -11,36 +11,43 @@ import threading
 import time
 from collections.abc import Sequence
 
-from hpcmon.exporter.collector import LOG_FORMAT, Collector, ProblemLog, add_flag, add_path_flags
-from hpcmon.exporter.exposition import Compressed, Part, render_families
-from hpcmon.exporter.web import listen_address_flag, load_web_config, make_server
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.core import GaugeMetricFamily
+
+from hpcmon.exporter.collector import (
+    LOG_FORMAT,
+    REGISTERED,
+    Collector,
+    ProblemLog,
+    add_flag,
+    add_path_flags,
+)
+from hpcmon.exporter.exposition import Compressed, Part, render_families
+from hpcmon.exporter.web import listen_address_flag, load_web_config, make_server
 
 log = logging.getLogger("hpcmon.exporter")
 
 DEFAULT_LISTEN_ADDRESS = "127.0.0.1:19325"
 
-# name -> "module:Class"; a module that is not present is simply not offered.
-COLLECTOR_PATHS: dict[str, str] = {
-    "jobstats": "hpcmon.exporter.jobstats.collector:JobstatsCollector",
-    "geopm": "hpcmon.exporter.geopm.collector:GeopmCollector",
-    "jobs": "hpcmon.exporter.node_jobs:NodeJobsCollector",
-}
+# The modules whose collectors register themselves (@register); a module that is not present
+# is simply not offered.
+COLLECTOR_MODULES = (
+    "hpcmon.exporter.jobstats.collector",
+    "hpcmon.exporter.geopm.collector",
+    "hpcmon.exporter.node_jobs",
+)
 
 
 def available_collectors() -> dict[str, type[Collector]]:
-    found: dict[str, type[Collector]] = {}
-    for name, path in COLLECTOR_PATHS.items():
-        module_name, _, class_name = path.partition(":")
+    for module_name in COLLECTOR_MODULES:
         try:
-            module = importlib.import_module(module_name)
+            importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
             if exc.name and module_name.startswith(exc.name):
                 continue
             raise
-        found[name] = getattr(module, class_name)
-    return found
+    order = {"jobstats": 0, "geopm": 1, "jobs": 2}
+    return dict(sorted(REGISTERED.items(), key=lambda item: order.get(item[0], 99)))
 
 
 def build_parser(collectors: dict[str, type[Collector]]) -> argparse.ArgumentParser:

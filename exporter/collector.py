@@ -13,10 +13,12 @@ import math
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
-from hpcmon.exporter.exposition import Compressed
+from prometheus_client.metrics_core import Metric
+
+from hpcmon.exporter.exposition import Compressed, render_families
 
 log = logging.getLogger("hpcmon.exporter")
 
@@ -198,6 +200,15 @@ class Periodic:
             self.stopping.wait(max(0.0, next_time - now))
 
 
+# name -> collector class; each collector registers itself in its own module (@register).
+REGISTERED: dict[str, type[Collector]] = {}
+
+
+def register(cls: type[Collector]) -> type[Collector]:
+    REGISTERED[cls.name] = cls
+    return cls
+
+
 class Collector(ABC):
     """A data source that samples on its own schedule and renders its latest snapshot.
 
@@ -230,3 +241,16 @@ class Collector(ABC):
         """What a scrape that must answer within ``scrape_timeout`` seconds (None: not
         said) gets; a collector that samples on scrape uses it to stay in time."""
         return self.exposition()
+
+
+class FamilyCollector(Collector):
+    """A collector with prometheus-client's contract: ``collect()`` yields metric families
+    (it can be registered in any CollectorRegistry); the exposition is rendered from them.
+    Only jobstats, whose bulk series need a faster writer, renders its own text."""
+
+    @abstractmethod
+    def collect(self) -> Iterable[Metric]:
+        """The families of the latest snapshot."""
+
+    def exposition(self) -> bytes:
+        return render_families(self.collect())

@@ -17,12 +17,13 @@ import argparse
 import logging
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpcmon.exporter.collector import Collector, ProblemLog, add_flag
-from hpcmon.exporter.exposition import render_families
 from prometheus_client.core import GaugeMetricFamily
+
+from hpcmon.exporter.collector import FamilyCollector, ProblemLog, add_flag, register
 
 log = logging.getLogger("hpcmon.exporter.jobs")
 
@@ -168,7 +169,8 @@ def merge_jobs(*sources: list[NodeJob]) -> list[NodeJob]:
     return [NodeJob(jobid, uid) for jobid, uid in sorted(merged.items())]
 
 
-class NodeJobsCollector(Collector):
+@register
+class NodeJobsCollector(FamilyCollector):
     name = "jobs"
     description = "Slurm jobs with processes on this node (cgroups, prolog files)"
     enabled_by_default = False
@@ -201,7 +203,7 @@ class NodeJobsCollector(Collector):
                 self._problems.warn(problem)
         return merge_jobs(*sources)
 
-    def exposition(self) -> bytes:
+    def collect(self) -> Iterator[GaugeMetricFamily]:
         info = GaugeMetricFamily(
             "hpc_node_job_info",
             "A Slurm job with processes on this node (1 per job).",
@@ -209,4 +211,4 @@ class NodeJobsCollector(Collector):
         )
         for job in self.jobs():
             info.add_metric([job.jobid, job.uid], 1.0)
-        return render_families([info])
+        yield info

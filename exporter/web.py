@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import bcrypt
-from hpcmon.exporter.exposition import Part, gzip_parts, plain_chunks, plain_length
 
 from hpcmon.common.config import ConfigError, load_yaml_mapping
+from hpcmon.exporter.exposition import Part, gzip_parts, plain_chunks, plain_length
 
 log = logging.getLogger("hpcmon.exporter.web")
 

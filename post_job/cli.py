@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from hpcmon.common.jobid import job_id_problem, user_name_problem
 from hpcmon.post_job.delivery import WriterSettings, flush
 from hpcmon.post_job.hook import RunReport, run_job
 from hpcmon.post_job.lifetime import (
@@ -28,8 +29,6 @@ from hpcmon.post_job.lifetime import (
 from hpcmon.post_job.model import JobContext
 from hpcmon.post_job.options import add_flag, option
 from hpcmon.post_job.sources import SourceRequest
-
-from hpcmon.common.jobid import job_id_problem, user_name_problem
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 # The only flags that go with --slurm-epilog (everything else comes from the config file).

@@ -18,6 +18,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from hpcmon.common.config import ConfigError
 from hpcmon.post_job.delivery import WriterSettings
 from hpcmon.post_job.epilog_config import (
     SOURCE_INPUTS,
@@ -31,8 +32,6 @@ from hpcmon.post_job.model import JobContext
 from hpcmon.post_job.patterns import find_files, job_days, output_path
 from hpcmon.post_job.slurm import SlurmEnvironmentError, SlurmJob, slurm_job
 from hpcmon.post_job.sources import SourceRequest
-
-from hpcmon.common.config import ConfigError
 
 __all__ = ["load_config", "run_epilog", "source_requests", "writer_settings"]
 

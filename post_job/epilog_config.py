@@ -9,11 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpcmon.common.config import ConfigError, load_yaml_mapping
 from hpcmon.post_job.options import option, source_options
 from hpcmon.post_job.patterns import check_pattern
 from hpcmon.post_job.writers import url_problem
-
-from hpcmon.common.config import ConfigError, load_yaml_mapping
 
 DEFAULT_TIME_LIMIT: float = option("", "time_limit_seconds").config_default()
 DEFAULT_SEARCH_DAYS: int = option("", "search_days").config_default()

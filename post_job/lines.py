@@ -5,9 +5,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from hpcmon.post_job.points import Point
-
 from hpcmon.common.timeutil import now_ns
+from hpcmon.post_job.points import Point
 
 
 def points_to_lines(

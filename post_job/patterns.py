@@ -14,9 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hpcmon.post_job.slurm import SlurmJob
-
 from hpcmon.common.config import ConfigError
+from hpcmon.post_job.slurm import SlurmJob
 
 MAX_DAYS = 62
 PLACEHOLDERS = ("jobid", "user", "uid", "cluster", "year", "month", "day", "logdir")

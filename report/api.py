@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+
 from hpcmon.dashboards.uids import JOB_UID  # the job dashboard's stable uid (plain constants)
 from hpcmon.report.darshan_log import darshan_from_logs
 from hpcmon.report.influx import InfluxReadError, InfluxSettings, read_job_rows

@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+
 from hpcmon.report.model import JobData  # noqa: E402
 
 matplotlib.rcParams.update(

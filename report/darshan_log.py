@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+
 from hpcmon.report.model import FILE_COLUMNS, DarshanData, FileTable, HeatmapSeries, ModuleTotals
 
 _SMALL = ("0_100", "100_1K", "1K_10K", "10K_100K", "100K_1M")

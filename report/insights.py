@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from hpcmon.report.model import DarshanData, FileTable, JobData, Series
 from hpcmon.report.prometheus import integral
 

@@ -12,6 +12,7 @@ import re
 import urllib.parse
 
 import numpy as np
+
 from hpcmon.report.http import ReadError, read_json
 from hpcmon.report.model import PrometheusData, Series, TargetUse
 

@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 import numpy as np
+
 from hpcmon.report.influx import MEASUREMENTS, Rows
 from hpcmon.report.model import (
     FILE_COLUMNS,

@@ -15,8 +15,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hpcmon.dashboards import config as dashboards_config
-from hpcmon.dashboards import generate, lint
 
 from devtools.servers import (
     Prometheus,
@@ -28,6 +26,8 @@ from devtools.servers import (
     run_vmagent,
     run_vmalert,
 )
+from hpcmon.dashboards import config as dashboards_config
+from hpcmon.dashboards import generate, lint
 from tests.dashboards.test_dashboards_influxql import INPUTS, JOB, ROOT
 from tests.fleet import AlertReceiver, fleet_sections, fleet_target, run_exporters
 from tests.live_stack import SCRAPE_JOB, Replay, run_live_exporters, scrape_config

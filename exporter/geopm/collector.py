@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import argparse
 import threading
+from collections.abc import Iterable
 
-from hpcmon.exporter.collector import Collector, add_flag, seconds_flag
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from hpcmon.exporter.collector import FamilyCollector, add_flag, register, seconds_flag
 from hpcmon.exporter.exposition import render_families
 from hpcmon.exporter.geopm.model import Backend
 from hpcmon.exporter.geopm.naming import metric_name
 from hpcmon.exporter.geopm.requests import RequestError, parse_signals_option
 from hpcmon.exporter.geopm.sampler import Sampler, Snapshot
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.metrics_core import Metric
 
 BACKENDS = ("auto", "geopmdpy", "geopmsession", "powercap")
 LABELS = ["domain", "domain_index", "source"]
@@ -116,7 +118,8 @@ def snapshot_families(snapshot: Snapshot) -> list[Metric]:
     return [*families.values(), up, duration, errors, resets]
 
 
-class GeopmCollector(Collector):
+@register
+class GeopmCollector(FamilyCollector):
     name = "geopm"
     description = "GEOPM / powercap (RAPL) power and energy of this node"
     enabled_by_default = False
@@ -164,7 +167,11 @@ class GeopmCollector(Collector):
     def stop(self) -> None:
         self.sampler.stop()
 
+    def collect(self) -> Iterable[Metric]:
+        return snapshot_families(self.sampler.snapshot)
+
     def exposition(self) -> bytes:
+        """Rendered once per sample: concurrent scrapes of one snapshot share the text."""
         snapshot = self.sampler.snapshot
         with self._lock:
             seq, body = self._rendered

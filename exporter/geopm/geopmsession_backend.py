@@ -25,11 +25,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from hpcmon.common.process import stop_process
 from hpcmon.exporter.geopm.model import BackendError, Request, Sample, SampleBatch, SignalKey
 from hpcmon.exporter.geopm.naming import monotone_from_name, unit_from_name
 from hpcmon.exporter.geopm.requests import DOMAINS
-
-from hpcmon.common.process import stop_process
 
 log = logging.getLogger("hpcmon.exporter.geopm")
 SOURCE = "geopmsession"

@@ -23,12 +23,16 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from hpcmon.common.jobid import JobIdPattern
 from hpcmon.exporter.collector import (
     Collector,
     ProblemLog,
     add_flag,
     bytes_flag,
     count_flag,
+    register,
     seconds_flag,
 )
 from hpcmon.exporter.exposition import KEEP_RAW_BYTES, Compressed, render_families
@@ -50,9 +54,6 @@ from hpcmon.exporter.jobstats.sources import (
     Source,
 )
 from hpcmon.exporter.jobstats.worker import SamplerProcess
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
-from hpcmon.common.jobid import JobIdPattern
 
 log = logging.getLogger("hpcmon.exporter.jobstats")
 
@@ -196,6 +197,7 @@ class Settings:
         return self.operations is not None or bool(self.deny)
 
 
+@register
 class JobstatsCollector(Collector):
     name = "jobstats"
     description = "Lustre jobstats per job on MDT/OST servers"

@@ -17,11 +17,11 @@ from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress
 
-from hpcmon.exporter.exposition import render_families
-from hpcmon.exporter.jobstats.parser import BYTE_OPERATIONS, JobEntry
 from prometheus_client.core import GaugeMetricFamily
 
 from hpcmon.common.jobid import JobIdPattern
+from hpcmon.exporter.exposition import render_families
+from hpcmon.exporter.jobstats.parser import BYTE_OPERATIONS, JobEntry
 
 JOB_LABELS = ("component", "target", "jobid")
 USECS_PER_SECOND = 1_000_000

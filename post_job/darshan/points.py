@@ -8,11 +8,11 @@ from the log (job start, or job start + k x bin width), so re-running writes the
 from __future__ import annotations
 
 import numpy as np
+
+from hpcmon.common.timeutil import seconds_to_ns
 from hpcmon.post_job.darshan.model import JobInfo
 from hpcmon.post_job.darshan.signals import NA, LogSignals, RecordSignals, Value
 from hpcmon.post_job.points import Point
-
-from hpcmon.common.timeutil import seconds_to_ns
 
 
 def _fields(values: dict[str, Value]) -> dict[str, int | float | str]:

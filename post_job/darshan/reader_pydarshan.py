@@ -24,6 +24,7 @@ from multiprocessing.connection import Connection, Pipe
 from pathlib import Path
 
 import numpy as np
+
 from hpcmon.post_job.darshan.model import (
     HEATMAP,
     HEATMAP_IDS,

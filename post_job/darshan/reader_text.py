@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
 from hpcmon.post_job.darshan.model import (
     HEATMAP,
     IO_MODULES,

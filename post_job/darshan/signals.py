@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from hpcmon.post_job.darshan.model import DarshanLog, HeatmapRecord, ModuleTable
 
 MIB = 1024.0 * 1024.0

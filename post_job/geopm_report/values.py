@@ -6,10 +6,9 @@ from __future__ import annotations
 import datetime as dt
 import re
 
+from hpcmon.common.timeutil import NS_PER_SECOND
 from hpcmon.post_job.geopm_report.model import Value
 from hpcmon.post_job.problems import Problems
-
-from hpcmon.common.timeutil import NS_PER_SECOND
 
 _MONTHS = {
     name: number

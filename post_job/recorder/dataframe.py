@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
 from hpcmon.post_job.recorder.model import CallSignature, RecorderTrace
 from hpcmon.post_job.recorder.reader import read_recorder_trace
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from hpcmon.post_job.problems import SourceError
 from hpcmon.post_job.recorder.model import CallSignature, RankTrace, TraceMetadata
 

@@ -7,6 +7,7 @@ import struct
 from pathlib import Path
 
 import numpy as np
+
 from hpcmon.post_job.problems import SourceError
 from hpcmon.post_job.recorder.binary import (
     checked_metadata,

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from collections import Counter
 
+from hpcmon.common.timeutil import seconds_to_ns
 from hpcmon.post_job.points import Point
 from hpcmon.post_job.recorder.dataframe import RecorderDataFrame
 from hpcmon.post_job.recorder.model import function_type
-
-from hpcmon.common.timeutil import seconds_to_ns
 
 
 def trace_points(

@@ -12,13 +12,13 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-from hpcmon.dashboards import config as dashboards_config
-from hpcmon.dashboards import generate, lint, rules
-from hpcmon.dashboards.uids import JOB_UID, OVERVIEW_UID
 from hypothesis import given
 from hypothesis import strategies as st
 
 from hpcmon.common.config import ConfigError
+from hpcmon.dashboards import config as dashboards_config
+from hpcmon.dashboards import generate, lint, rules
+from hpcmon.dashboards.uids import JOB_UID, OVERVIEW_UID
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = Path(__file__).parents[1] / "data" / "grafana-schema"

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from hpcmon.dashboards import config as dashboards_config
-from hpcmon.dashboards import generate, lint
 
 from devtools.demo import POST_JOB_INPUTS
+from hpcmon.dashboards import config as dashboards_config
+from hpcmon.dashboards import generate, lint
 
 pytestmark = pytest.mark.integration
 

@@ -10,11 +10,11 @@ from collections.abc import Iterator
 import promql_parser
 import pytest
 import yaml
-from hpcmon.dashboards import config as dashboards_config
-from hpcmon.dashboards import generate, lint, rules
 
 from devtools.servers import http_get
 from hpcmon.common import metric_names
+from hpcmon.dashboards import config as dashboards_config
+from hpcmon.dashboards import generate, lint, rules
 from tests.live_stack import SCRAPE_JOB, LiveStack, run_live_stack
 
 pytestmark = pytest.mark.integration

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from hpcmon.dashboards import config as dashboards_config
 from hpcmon.dashboards import generate, rules
 from hpcmon.dashboards.config import GIB, MIB

@@ -22,9 +22,10 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from packaging.version import Version
+
 from hpcmon.exporter.cli import available_collectors, build_parser
 from hpcmon.post_job.cli import build_flush_parser
-from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "hpcmon"

@@ -25,12 +25,12 @@ from typing import Any
 
 import bcrypt
 import pytest
-from hpcmon.exporter.geopm.model import BackendError
-from hpcmon.exporter.geopm.powercap import PowercapBackend
-from hpcmon.post_job.spool import Spool
 from prometheus_client.parser import text_string_to_metric_families
 
 from devtools.servers import http_get, loopback_env, run_exporter
+from hpcmon.exporter.geopm.model import BackendError
+from hpcmon.exporter.geopm.powercap import PowercapBackend
+from hpcmon.post_job.spool import Spool
 from tests.deploy.test_helm_chart import case_values, chart, of_kind, render
 
 ROOT = Path(__file__).resolve().parents[2]

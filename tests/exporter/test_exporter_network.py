@@ -17,10 +17,10 @@ from pathlib import Path
 
 import bcrypt
 import pytest
-from hpcmon.exporter.exposition import Compressed
-from hpcmon.exporter.web import LISTEN_BACKLOG, WebConfig, load_web_config, make_server
 
 from hpcmon.common.config import ConfigError
+from hpcmon.exporter.exposition import Compressed
+from hpcmon.exporter.web import LISTEN_BACKLOG, WebConfig, load_web_config, make_server
 from tests.exporter.test_exporter_web import BODY, _serve, certificate  # noqa: F401 - fixture
 from tests.servers import free_port
 

@@ -11,6 +11,11 @@ from pathlib import Path
 
 import bcrypt
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hpcmon.common.config import ConfigError
+from hpcmon.common.jobid import JobIdPattern
 from hpcmon.exporter.collector import bytes_flag, count_flag, seconds_flag
 from hpcmon.exporter.geopm.model import Request
 from hpcmon.exporter.geopm.requests import DOMAINS, RequestError, parse_request_lines
@@ -22,11 +27,6 @@ from hpcmon.exporter.web import (
     parse_listen_address,
     scrape_timeout,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from hpcmon.common.config import ConfigError
-from hpcmon.common.jobid import JobIdPattern
 
 HASH = bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)).decode()
 

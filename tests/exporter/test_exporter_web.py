@@ -17,12 +17,12 @@ from pathlib import Path
 
 import bcrypt
 import pytest
-from hpcmon.exporter.cli import Exporter, available_collectors, build_parser
-from hpcmon.exporter.collector import Collector, Periodic, ProblemLog
-from hpcmon.exporter.web import WebConfig, load_web_config, make_server
 from prometheus_client.parser import text_string_to_metric_families
 
 from hpcmon.common.config import ConfigError
+from hpcmon.exporter.cli import Exporter, available_collectors, build_parser
+from hpcmon.exporter.collector import Collector, Periodic, ProblemLog
+from hpcmon.exporter.web import WebConfig, load_web_config, make_server
 from tests.servers import free_port, run_exporter
 
 BODY = b"# HELP demo_value A value.\n# TYPE demo_value gauge\ndemo_value 1.0\n"

@@ -9,6 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
+
 from hpcmon.exporter.cli import Exporter, available_collectors, build_parser
 from hpcmon.exporter.exposition import render_families
 from hpcmon.exporter.geopm.collector import GeopmCollector, snapshot_families
@@ -16,10 +20,6 @@ from hpcmon.exporter.geopm.model import Sample, SampleBatch, SignalKey
 from hpcmon.exporter.geopm.naming import metric_name, monotone_from_name, unit_from_name
 from hpcmon.exporter.geopm.sampler import Reading, Sampler, Snapshot
 from hpcmon.exporter.node_jobs import NodeJobsCollector
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from prometheus_client.parser import text_string_to_metric_families
-
 from tests.exporter.test_geopm_helpers import (
     DATA,
     POWERCAP,

@@ -10,11 +10,11 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+
 from hpcmon.exporter.geopm.collector import make_backends
 from hpcmon.exporter.geopm.geopmdpy_backend import GeopmdpyBackend
 from hpcmon.exporter.geopm.model import BackendError, Request, SignalKey
 from hpcmon.exporter.geopm.sampler import Sampler
-
 from tests.exporter.test_geopm_helpers import STANDIN, write_zone
 
 RECORDED_PACKAGE0_J = 51985.06903076172  # CPU_ENERGY-package-0 in the recorded trace

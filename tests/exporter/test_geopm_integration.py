@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hpcmon.exporter.cli import available_collectors
 
+from hpcmon.exporter.cli import available_collectors
 from tests import servers
 from tests.exporter import test_exporter_web
 from tests.exporter.test_geopm_helpers import write_zone

@@ -10,12 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hpcmon.exporter.geopm.model import BackendError, Sample, SampleBatch, SignalKey
-from hpcmon.exporter.geopm.powercap import PowercapBackend, zone_signal
-from hpcmon.exporter.geopm.sampler import CounterTracker, Sampler, readings_from_batch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hpcmon.exporter.geopm.model import BackendError, Sample, SampleBatch, SignalKey
+from hpcmon.exporter.geopm.powercap import PowercapBackend, zone_signal
+from hpcmon.exporter.geopm.sampler import CounterTracker, Sampler, readings_from_batch
 from tests.exporter.test_geopm_helpers import POWERCAP, as_user, extract_ttar, write_zone
 
 MAX_RANGE_UJ = 262143328850  # max_energy_range_uj in both captures

@@ -12,6 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from hpcmon.exporter.geopm.geopmsession_backend import (
     RUN_SECONDS,
     GeopmsessionBackend,
@@ -22,9 +25,6 @@ from hpcmon.exporter.geopm.geopmsession_backend import (
 )
 from hpcmon.exporter.geopm.model import BackendError, Request, SampleBatch, SignalKey
 from hpcmon.exporter.geopm.sampler import CounterTracker, Sampler, readings_from_batch
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from tests.exporter.test_geopm_helpers import DATA, SESSION_STANDIN
 
 TRACES = DATA / "traces"

@@ -13,11 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
 from hpcmon.exporter.collector import add_path_flags
 from hpcmon.exporter.jobstats.collector import JobstatsCollector
 from hpcmon.exporter.jobstats.parser import JobEntry, OpStats
 from hpcmon.exporter.jobstats.rates import RateTracker
-from prometheus_client.parser import text_string_to_metric_families
 
 DATA = Path(__file__).parents[1] / "data" / "jobstats"
 DDN_OST = DATA / "whamcloud_lustrefs-exporter__fixtures_jobstats_only_2.14.0_162.txt"

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from hpcmon.exporter.cli import Exporter
 
+from hpcmon.exporter.cli import Exporter
 from tests.exporter.test_jobstats_collector import (
     DATA,
     HP_MDT,

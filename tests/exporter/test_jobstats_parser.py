@@ -9,6 +9,9 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from hpcmon.exporter.jobstats.parser import (
     JobEntry,
     OpStats,
@@ -18,8 +21,6 @@ from hpcmon.exporter.jobstats.parser import (
     target_from_param,
     target_from_path,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 DATA = Path(__file__).parents[1] / "data" / "jobstats"
 CAPTURES = sorted(DATA.glob("*.txt"))

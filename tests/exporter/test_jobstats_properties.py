@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 
 import pytest
-from hpcmon.exporter.jobstats.parser import JobEntry, OpStats, iter_text
-from hpcmon.exporter.jobstats.rates import MAX_RATE, MIN_STEP, RateTracker
-from hpcmon.exporter.jobstats.sources import LctlSource
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hpcmon.exporter.jobstats.parser import JobEntry, OpStats, iter_text
+from hpcmon.exporter.jobstats.rates import MAX_RATE, MIN_STEP, RateTracker
+from hpcmon.exporter.jobstats.sources import LctlSource
 from tests.exporter.test_jobstats_collector import fake_lctl, replay
 
 KEY = ("ost", "fs-OST0000")

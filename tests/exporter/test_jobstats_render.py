@@ -10,18 +10,18 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hpcmon.exporter.collector import add_path_flags
-from hpcmon.exporter.exposition import render_families
-from hpcmon.exporter.jobstats.collector import JobstatsCollector
-from hpcmon.exporter.jobstats.parser import JobEntry, parse_text
-from hpcmon.exporter.jobstats.rates import RateTracker
-from hpcmon.exporter.jobstats.render import LabelCache, Layouts, pack_target, render_blocks
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
 from hpcmon.common.jobid import JobIdPattern
+from hpcmon.exporter.collector import add_path_flags
+from hpcmon.exporter.exposition import render_families
+from hpcmon.exporter.jobstats.collector import JobstatsCollector
+from hpcmon.exporter.jobstats.parser import JobEntry, parse_text
+from hpcmon.exporter.jobstats.rates import RateTracker
+from hpcmon.exporter.jobstats.render import LabelCache, Layouts, pack_target, render_blocks
 
 DATA = Path(__file__).parents[1] / "data" / "jobstats"
 PATTERN = r"(?P<exe>[^:.]+)[.:](?P<uid>\d+)(?::(?P<host>.*))?"

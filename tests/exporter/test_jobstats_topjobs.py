@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from hpcmon.exporter.jobstats.limits import OTHER, TopJobs
-from hpcmon.exporter.jobstats.parser import JobEntry, OpStats
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hpcmon.exporter.jobstats.limits import OTHER, TopJobs
+from hpcmon.exporter.jobstats.parser import JobEntry, OpStats
 from tests.exporter.jobstats_synth import target_text
 from tests.exporter.test_jobstats_collector import (
     DDN_OST,

@@ -10,6 +10,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
+
 from hpcmon.exporter.cli import available_collectors, build_parser
 from hpcmon.exporter.node_jobs import (
     NodeJob,
@@ -19,10 +23,6 @@ from hpcmon.exporter.node_jobs import (
     jobs_from_prolog_dir,
     merge_jobs,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from prometheus_client.parser import text_string_to_metric_families
-
 from tests.exporter.test_geopm_helpers import DATA
 
 # A real /proc/<pid>/status (Linux 6.18) of a process running as uid 1000.

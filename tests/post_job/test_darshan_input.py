@@ -10,13 +10,13 @@ import random
 import string
 from pathlib import Path
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from hpcmon.post_job.darshan import collect_darshan, read_text
 from hpcmon.post_job.darshan.signals import compute_signals
 from hpcmon.post_job.darshan.signals_text import signal_lines
 from hpcmon.post_job.model import JobContext
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from tests.post_job.darshan_helpers import (
     EMPTY,
     HDF5_DXT,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import urllib.request
 
 import pytest
+
 from hpcmon.post_job.darshan import collect_darshan
 from hpcmon.post_job.darshan.signals import (
     HEATMAP_SIGNALS,
@@ -15,7 +16,6 @@ from hpcmon.post_job.darshan.signals import (
 )
 from hpcmon.post_job.model import JobContext
 from hpcmon.post_job.points import to_lines
-
 from tests.post_job.darshan_helpers import (
     E3SM,
     INACTIVE,

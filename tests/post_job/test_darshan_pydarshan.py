@@ -9,15 +9,15 @@ import math
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from hpcmon.post_job.cli import main
 from hpcmon.post_job.darshan import collect_darshan, read_log, read_text
 from hpcmon.post_job.darshan.reader_pydarshan import read_darshan_logs_isolated
 from hpcmon.post_job.darshan.signals import NA, compute_signals
 from hpcmon.post_job.model import JobContext
 from hpcmon.post_job.problems import SourceError
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from tests.post_job.darshan_helpers import LOGS, MPI_IO_TEST, log_path, pydarshan_records, text_path
 
 MIB = 1048576.0

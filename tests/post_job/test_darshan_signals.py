@@ -8,10 +8,10 @@ import math
 
 import numpy as np
 import pytest
+
 from hpcmon.post_job.darshan import read_log, read_text
 from hpcmon.post_job.darshan.signals import NA, NA_REASONS, compute_signals
 from hpcmon.post_job.darshan.signals_text import signal_lines
-
 from tests.post_job.darshan_helpers import (
     DIAGONAL,
     E3SM,

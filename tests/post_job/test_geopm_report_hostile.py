@@ -10,14 +10,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from hpcmon.post_job.geopm_report import collect_geopm_report
 from hpcmon.post_job.geopm_report.model import Report, SessionReport
 from hpcmon.post_job.geopm_report.reader import parse_report_file, parse_report_text
 from hpcmon.post_job.model import JobContext
 from hpcmon.post_job.points import to_lines
 from hpcmon.post_job.problems import MAX_PROBLEMS_PER_INPUT
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 DATA = Path(__file__).parents[1] / "data" / "geopm_report"
 FIXTURES = sorted(p for p in DATA.iterdir() if p.name != "SOURCES.md")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from hpcmon.post_job.geopm_report.model import Report, SessionReport
 from hpcmon.post_job.geopm_report.reader import parse_report_file
 

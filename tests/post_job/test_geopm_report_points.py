@@ -12,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
 from hpcmon.post_job.geopm_report import collect_geopm_report
 from hpcmon.post_job.geopm_report.points import field_for_key
 from hpcmon.post_job.model import JobContext

@@ -9,10 +9,10 @@ import json
 import urllib.request
 
 import pytest
-from hpcmon.post_job.points import UNSTORABLE_BACKSLASH, Point, format_field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hpcmon.post_job.points import UNSTORABLE_BACKSLASH, Point, format_field
 from tests import servers
 
 HOSTILE = [

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hpcmon.common.config import ConfigError
 from hpcmon.post_job import epilog, epilog_config
 from hpcmon.post_job.epilog import run_epilog
 from hpcmon.post_job.epilog_config import parse_config
 from hpcmon.post_job.patterns import MAX_DAYS, find_files, job_days
 from hpcmon.post_job.slurm import SlurmJob, slurm_job
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from hpcmon.common.config import ConfigError
 from tests import servers
 from tests.post_job.test_post_job_frame import GEOPM_REPORT, needs_geopm
 

@@ -8,9 +8,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from hpcmon.post_job.epilog import load_config, run_epilog
 
 from hpcmon.common.config import ConfigError
+from hpcmon.post_job.epilog import load_config, run_epilog
 from tests import servers
 from tests.post_job.test_post_job_epilog import slurm_env, write_config
 

@@ -9,12 +9,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from hpcmon.post_job import sources
 from hpcmon.post_job.cli import UsageError, build_parser, main, source_requests, writer_settings
 from hpcmon.post_job.lines import points_to_lines
 from hpcmon.post_job.model import JobContext, SourceOutput
 from hpcmon.post_job.points import Point, to_lines
-
 from tests import servers
 
 DATA = Path(__file__).parents[1] / "data" / "post_job_frame"

@@ -21,8 +21,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from hpcmon.post_job.spool import Spool
 
+from hpcmon.post_job.spool import Spool
 from tests import servers
 from tests.post_job.lineprotocol_parse import parse_line
 

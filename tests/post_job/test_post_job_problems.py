@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hpcmon.post_job.darshan import collect_darshan
-from hpcmon.post_job.model import JobContext
-from hpcmon.post_job.problems import MAX_PROBLEMS_PER_INPUT, Problems
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hpcmon.post_job.darshan import collect_darshan
+from hpcmon.post_job.model import JobContext
+from hpcmon.post_job.problems import MAX_PROBLEMS_PER_INPUT, Problems
 from tests.post_job.darshan_helpers import MPI_IO_TEST, text_path
 
 JOB = JobContext("777", "testcluster")

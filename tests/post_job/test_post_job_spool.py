@@ -12,6 +12,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from hpcmon.post_job import spool as spool_module
 from hpcmon.post_job.cli import main
 from hpcmon.post_job.delivery import WriterSettings, ship, ship_to_server
@@ -25,9 +28,6 @@ from hpcmon.post_job.spool import (
     replay,
 )
 from hpcmon.post_job.writers import Deadline, InfluxV1Writer, InfluxV2Writer
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from tests import servers
 from tests.post_job.test_post_job_frame import GEOPM_REPORT, needs_geopm
 from tests.post_job.test_post_job_writers import counting, job_points

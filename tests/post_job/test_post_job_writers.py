@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+
 from hpcmon.post_job.delivery import WriterSettings, ship, ship_to_server
 from hpcmon.post_job.points import Point, to_lines
 from hpcmon.post_job.writers import (
@@ -23,7 +24,6 @@ from hpcmon.post_job.writers import (
     read_token,
     write_line_file,
 )
-
 from tests import servers
 
 pytestmark = pytest.mark.integration

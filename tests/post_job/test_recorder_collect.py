@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hpcmon.post_job.model import JobContext
-from hpcmon.post_job.points import to_lines
-from hpcmon.post_job.recorder import collect_recorder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hpcmon.post_job.model import JobContext
+from hpcmon.post_job.points import to_lines
+from hpcmon.post_job.recorder import collect_recorder
 from tests.post_job.test_recorder_reader import DATA, TRACES, copy_trace
 
 JOB = JobContext("4242", cluster="demo")

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-from hpcmon.post_job.recorder import MultiRecorderDFHandler, RecorderDataFrame
 
 from devtools.recorder_writer import Signature, run_length_calls, write_trace
+from hpcmon.post_job.recorder import MultiRecorderDFHandler, RecorderDataFrame
 from tests.post_job.test_recorder_reader import DATA, TRACES, parse_text
 
 

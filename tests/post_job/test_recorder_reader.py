@@ -9,12 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hpcmon.post_job.problems import SourceError
-from hpcmon.post_job.recorder.reader import read_recorder_trace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from devtools.recorder_writer import RankCalls, Signature, run_length_calls, write_trace
+from hpcmon.post_job.problems import SourceError
+from hpcmon.post_job.recorder.reader import read_recorder_trace
 
 DATA = Path(__file__).parents[1] / "data" / "recorder"
 TRACES = sorted(p for p in DATA.glob("v*/*") if p.is_dir())

@@ -7,6 +7,9 @@ import math
 from collections import Counter, defaultdict
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from hpcmon.post_job.viztracer.cleaning import (
     FILTER_FIRST,
     CleanedViztracerData,
@@ -15,9 +18,6 @@ from hpcmon.post_job.viztracer.cleaning import (
     function_totals,
 )
 from hpcmon.post_job.viztracer.reader import read_trace
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from tests.post_job.test_viztracer_support import DATA, brute_force_nesting, complete_events
 
 NO_RULES = CleaningOptions(min_duration_us=0, max_depth=0, enable_aggregation=False)

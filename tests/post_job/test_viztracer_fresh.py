@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
 from hpcmon.post_job.model import JobContext
 from hpcmon.post_job.viztracer import collect_viztracer
 from hpcmon.post_job.viztracer.cleaning import CleaningOptions, FunctionCall, clean_trace

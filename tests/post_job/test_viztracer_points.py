@@ -9,10 +9,10 @@ import urllib.request
 from collections import defaultdict
 
 import pytest
+
 from hpcmon.post_job.model import JobContext
 from hpcmon.post_job.points import to_lines
 from hpcmon.post_job.viztracer import collect_viztracer
-
 from tests.post_job.test_viztracer_support import DATA, brute_force_nesting, complete_events
 
 JOB = JobContext("4242", cluster="alpha")

@@ -7,13 +7,13 @@ import json
 from collections import Counter
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from hpcmon.post_job.model import JobContext
 from hpcmon.post_job.problems import SourceError
 from hpcmon.post_job.viztracer import collect_viztracer
 from hpcmon.post_job.viztracer.reader import read_trace
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from tests.post_job.test_viztracer_support import DATA, complete_events, load_document
 
 # Phase counts as listed in tests/data/viztracer/SOURCES.md (read off the fixture files).

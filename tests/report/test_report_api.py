@@ -10,6 +10,9 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from hpcmon.post_job.darshan import collect_darshan
 from hpcmon.post_job.model import JobContext
 from hpcmon.report.api import Sources, build, render, write_report
@@ -17,8 +20,6 @@ from hpcmon.report.darshan_log import darshan_from_logs
 from hpcmon.report.influx import InfluxSettings
 from hpcmon.report.model import JobData
 from hpcmon.report.records import darshan_from_rows, functions_from_rows, rows_from_points
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGS = ROOT / "tests" / "data" / "darshan" / "logs"

@@ -19,12 +19,12 @@ from pathlib import Path
 import jsonschema
 import numpy as np
 import pytest
-from hpcmon.report.api import Sources, collect
-from hpcmon.report.influx import InfluxSettings, read_job_rows
-from hpcmon.report.insights import diagnose
 
 from devtools.demo import POST_JOB_INPUTS
 from devtools.replay import load_sections, render, write_atomically
+from hpcmon.report.api import Sources, collect
+from hpcmon.report.influx import InfluxSettings, read_job_rows
+from hpcmon.report.insights import diagnose
 from tests import servers
 from tests.exporter.test_geopm_helpers import write_zone
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from hpcmon.post_job.darshan import collect_darshan
 from hpcmon.post_job.model import JobContext
 from hpcmon.post_job.viztracer import collect_viztracer
@@ -14,7 +15,6 @@ from hpcmon.report.darshan_log import darshan_from_logs
 from hpcmon.report.insights import RULES, diagnose
 from hpcmon.report.model import JobData
 from hpcmon.report.records import darshan_from_rows, functions_from_rows, rows_from_points
-
 from tests.report.report_drishti import drishti_codes
 
 DATA = Path(__file__).parents[1] / "data"
