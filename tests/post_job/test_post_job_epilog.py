@@ -21,7 +21,7 @@ from hpcmon.post_job.epilog_config import parse_config
 from hpcmon.post_job.patterns import MAX_DAYS, find_files, job_days
 from hpcmon.post_job.slurm import SlurmJob, slurm_job
 from tests import servers
-from tests.post_job.test_post_job_frame import GEOPM_REPORT, needs_geopm
+from tests.post_job.test_post_job_frame import GEOPM_REPORT
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "deploy" / "slurm" / "post-job.example.yaml"
@@ -241,7 +241,6 @@ def geopm_config(tmp_path: Path, **extra) -> dict:
     return data
 
 
-@needs_geopm
 @pytest.mark.integration
 def test_epilog_run_writes_points_to_influxdb1(
     influxdb1: servers.InfluxDB1, tmp_path: Path
@@ -265,7 +264,6 @@ def test_epilog_run_writes_points_to_influxdb1(
     assert series[0]["values"][0][1] == 110.919  # "power (W): 110.919" in the report
 
 
-@needs_geopm
 @pytest.mark.integration
 def test_epilog_exit_status_server_down(tmp_path: Path) -> None:
     with servers.run_influxdb1() as server:
@@ -385,7 +383,6 @@ def test_time_limit_ends_a_stuck_run(tmp_path: Path) -> None:
     assert strict.returncode == 1
 
 
-@needs_geopm
 def test_epilog_script_runs_the_hook(tmp_path: Path) -> None:
     config = write_config(
         tmp_path / "c.yaml",

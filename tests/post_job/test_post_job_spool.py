@@ -29,7 +29,7 @@ from hpcmon.post_job.spool import (
 )
 from hpcmon.post_job.writers import Deadline, InfluxV1Writer, InfluxV2Writer
 from tests import servers
-from tests.post_job.test_post_job_frame import GEOPM_REPORT, needs_geopm
+from tests.post_job.test_post_job_frame import GEOPM_REPORT
 from tests.post_job.test_post_job_writers import counting, job_points
 
 REPO = Path(__file__).resolve().parents[2]
@@ -402,7 +402,6 @@ def test_stale_temporary_file_is_ignored_and_cleaned(
     assert result.files_sent == 1 and not result.corrupt and not stale.exists()
 
 
-@needs_geopm
 def test_hook_run_during_outage_then_flush_real_report(
     influxdb1: servers.InfluxDB1, tmp_path: Path
 ) -> None:

@@ -69,8 +69,7 @@ def run_viztracer(tmp_path: Path, source: str, output: str, *options: str) -> Pa
 
 @pytest.fixture(scope="module")
 def fresh_trace(tmp_path_factory) -> Path:
-    if not VIZTRACER.exists():
-        pytest.skip("viztracer is not installed in this environment")
+    assert VIZTRACER.exists(), "viztracer (the test extra) is not installed"
     return run_viztracer(tmp_path_factory.mktemp("fresh"), PROGRAM, "trace.json.gz")
 
 
@@ -151,8 +150,7 @@ def test_fresh_trace_filter_and_points(fresh_trace) -> None:
 
 def test_pruning_matches_viztracer_max_stack_depth(tmp_path) -> None:
     """Our maxDepth on a full trace keeps the frames VizTracer's --max_stack_depth keeps."""
-    if not VIZTRACER.exists():
-        pytest.skip("viztracer is not installed in this environment")
+    assert VIZTRACER.exists(), "viztracer (the test extra) is not installed"
     full = run_viztracer(tmp_path, DEEP_PROGRAM, "full.json")
     limited = run_viztracer(tmp_path, DEEP_PROGRAM, "limited.json", "--max_stack_depth", "10")
     ours = clean_trace(
@@ -176,8 +174,7 @@ main()
 
 def test_buffer_overflow_is_honoured(tmp_path) -> None:
     """A 1,000-entry ring buffer for 5,000 calls: VizTracer drops the calls that ended first."""
-    if not VIZTRACER.exists():
-        pytest.skip("viztracer is not installed in this environment")
+    assert VIZTRACER.exists(), "viztracer (the test extra) is not installed"
     path = run_viztracer(tmp_path, OVERFLOW_PROGRAM, "small.json", "--tracer_entries", "1000")
     document = json.loads(path.read_text())
     assert document["viztracer_metadata"]["overflow"] is True
