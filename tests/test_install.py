@@ -86,6 +86,9 @@ def test_each_role_installs_and_runs(wheel: Path, tmp_path: Path, extra: str) ->
     own = _run(bin_dir, ROLES[extra], "--help")
     assert own.returncode == 0, own.stderr
     assert "usage" in own.stdout.lower()
+    module = COMMANDS[ROLES[extra]][0].rsplit(".", 1)[0]  # hpcmon.exporter, ...
+    as_module = _run(bin_dir, "python", "-m", module, "--help")
+    assert as_module.returncode == 0 and as_module.stdout == own.stdout, as_module.stderr
     for other_extra, command in ROLES.items():
         if other_extra == extra:
             continue
