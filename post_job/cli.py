@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from hpcmon.common.influx_flags import add_influx_arguments, influx_flags_problem
 from hpcmon.common.jobid import job_id_problem, user_name_problem
 from hpcmon.post_job.delivery import WriterSettings, flush
 from hpcmon.post_job.hook import RunReport, run_job
@@ -66,23 +67,11 @@ def add_writer_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE.lp",
         help="write line protocol to this file ('-' for standard output)",
     )
-    group.add_argument(
-        "--influx.url",
-        dest="influx_url",
-        metavar="URL",
-        help="InfluxDB 2.x/3.x API base URL (token: INFLUX_TOKEN or token file)",
+    add_influx_arguments(
+        group,
+        v2_help="InfluxDB 2.x/3.x API base URL (token: INFLUX_TOKEN or token file)",
+        v1_help="InfluxDB 1.x base URL (basic auth: INFLUX_USERNAME/INFLUX_PASSWORD)",
     )
-    group.add_argument("--influx.org", dest="influx_org", metavar="ORG")
-    group.add_argument("--influx.bucket", dest="influx_bucket", metavar="B")
-    group.add_argument("--influx.token-file", dest="influx_token_file", metavar="F")
-    group.add_argument(
-        "--influx.v1-url",
-        dest="influx_v1_url",
-        metavar="URL",
-        help="InfluxDB 1.x base URL (basic auth: INFLUX_USERNAME/INFLUX_PASSWORD)",
-    )
-    group.add_argument("--influx.database", dest="influx_database", metavar="DB")
-    group.add_argument("--influx.retention-policy", dest="influx_retention_policy", metavar="RP")
     add_flag(group, option("writers", "batch_size"))
     add_flag(group, option("writers", "request_timeout_seconds"))
     group.add_argument(
@@ -161,15 +150,9 @@ def writer_settings(
     options: argparse.Namespace, environ: dict[str, str] | None = None
 ) -> WriterSettings:
     """Writer flags to settings; UsageError for incomplete or malformed server flags."""
-    v2 = [options.influx_url, options.influx_org, options.influx_bucket]
-    if any(v2) and not all(v2):
-        raise UsageError("--influx.url, --influx.org and --influx.bucket go together")
-    if options.influx_token_file and not options.influx_url:
-        raise UsageError("--influx.token-file needs --influx.url")
-    if bool(options.influx_v1_url) != bool(options.influx_database):
-        raise UsageError("--influx.v1-url and --influx.database go together")
-    if options.influx_retention_policy and not options.influx_v1_url:
-        raise UsageError("--influx.retention-policy needs --influx.v1-url")
+    problem = influx_flags_problem(options)
+    if problem:
+        raise UsageError(problem)
     settings = WriterSettings(
         output=options.output,
         v2_url=options.influx_url,

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
+from hpcmon.common.influx_flags import add_influx_arguments, influx_flags_problem
 from hpcmon.dashboards.uids import JOB_UID
 from hpcmon.report.api import Sources, build, collect, render, write_atomically
 from hpcmon.report.influx import InfluxSettings
@@ -53,28 +54,11 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--output", type=Path, default=None, help="file (default: standard output)")
     g = p.add_argument_group("InfluxDB (where hpcmon-post-job wrote)")
-    g.add_argument(
-        "--influx.url",
-        dest="influx_url",
-        metavar="URL",
-        help="InfluxDB 2.x/3.x (InfluxQL through its /query compatibility API)",
+    add_influx_arguments(
+        g,
+        v2_help="InfluxDB 2.x/3.x (InfluxQL through its /query compatibility API)",
+        v1_help="InfluxDB 1.x (basic auth from INFLUX_USERNAME/INFLUX_PASSWORD)",
     )
-    g.add_argument("--influx.org", dest="influx_org", metavar="ORG")
-    g.add_argument("--influx.bucket", dest="influx_bucket", metavar="B")
-    g.add_argument(
-        "--influx.token-file",
-        dest="influx_token_file",
-        metavar="F",
-        help="token file (default: INFLUX_TOKEN)",
-    )
-    g.add_argument(
-        "--influx.v1-url",
-        dest="influx_v1_url",
-        metavar="URL",
-        help="InfluxDB 1.x (basic auth from INFLUX_USERNAME/INFLUX_PASSWORD)",
-    )
-    g.add_argument("--influx.database", dest="influx_database", metavar="DB")
-    g.add_argument("--influx.retention-policy", dest="influx_retention_policy", metavar="RP")
     g = p.add_argument_group("Prometheus (Lustre jobstats, power, alerts)")
     g.add_argument("--prometheus.url", dest="prometheus_url", metavar="URL")
     g.add_argument(
@@ -111,15 +95,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def settings(options: argparse.Namespace) -> Sources:
-    v2 = [options.influx_url, options.influx_org, options.influx_bucket]
-    if any(v2) and not all(v2):
-        raise UsageError("--influx.url, --influx.org and --influx.bucket go together")
-    if options.influx_token_file and not options.influx_url:
-        raise UsageError("--influx.token-file needs --influx.url")
-    if bool(options.influx_v1_url) != bool(options.influx_database):
-        raise UsageError("--influx.v1-url and --influx.database go together")
-    if options.influx_retention_policy and not options.influx_v1_url:
-        raise UsageError("--influx.retention-policy needs --influx.v1-url")
+    problem = influx_flags_problem(options)
+    if problem:
+        raise UsageError(problem)
     if options.influx_v1_url and options.influx_url:
         raise UsageError("give one InfluxDB: --influx.v1-url or --influx.url")
     if (options.start is None) != (options.end is None):
