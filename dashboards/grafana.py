@@ -293,6 +293,13 @@ def state_timeline(spec: PanelSpec, value_text: dict[str, str]) -> core.Panel:
     )
 
 
+def dashboard_link(title: str, uid: str, query: str) -> core.DashboardLink:
+    """A link to another generated dashboard that keeps the time range."""
+    return core.DashboardLink(
+        title=title, type="link", uri=f"/d/{uid}/{uid}?{query}", keepTime=True, icon="dashboard"
+    )
+
+
 class Layout:
     """Places panels left to right in rows of 24 columns, each section under a row header."""
 

@@ -316,13 +316,5 @@ def build(config: Config) -> core.Dashboard:
         time=core.Time("now-24h", "now"),
         templating=core.Templating(list=job_variables(config)),
         panels=layout.panels,
-        links=[
-            core.DashboardLink(
-                title="Operations overview",
-                type="link",
-                uri=f"/d/{OVERVIEW_UID}/{OVERVIEW_UID}?var-jobid=${{jobid}}",
-                keepTime=True,
-                icon="dashboard",
-            )
-        ],
+        links=[g.dashboard_link("Operations overview", OVERVIEW_UID, "var-jobid=${jobid}")],
     )

@@ -11,7 +11,7 @@ from .grafana import PROMETHEUS, PanelSpec, Query
 from .overview import job_link
 from .promql import selector
 from .uids import JOB_UID, LONGTERM_UID, OVERVIEW_UID
-from .variables import datasource_variable
+from .variables import cluster_matcher, datasource_variable, prometheus_query_variable
 
 TARGET_BYTES = "hpcmon:lustre_target_bytes:avg5m"
 JOB_BYTES = "hpcmon:lustre_job_bytes:avg5m"
@@ -39,7 +39,7 @@ def _top_jobs(title: str, unit: str, expr: str, description: str) -> core.Panel:
 
 def build(config: Config) -> core.Dashboard:
     step = int(duration_seconds(config.longterm_interval))  # seconds one sample covers
-    cluster = f'{config.cluster_label}=~"$cluster"' if config.cluster_label else ""
+    cluster = cluster_matcher(config)
     target_sel = selector(cluster, 'target=~"$target"')
     any_sel = selector(cluster)
     top = config.top_jobs
@@ -127,31 +127,12 @@ def build(config: Config) -> core.Dashboard:
     variables = [datasource_variable(PROMETHEUS, "Prometheus", config.prometheus_datasource_uid)]
     if config.cluster_label:
         variables.append(
-            core.Template(
-                name="cluster",
-                label="Cluster",
-                query=f"label_values({TARGET_BYTES}, {config.cluster_label})",
-                dataSource=g.datasource(PROMETHEUS),
-                includeAll=True,
-                multi=True,
-                allValue=".*",
-                default="All",
-                refresh=2,
+            prometheus_query_variable(
+                "cluster", f"label_values({TARGET_BYTES}, {config.cluster_label})", "Cluster"
             )
         )
     variables.append(
-        core.Template(
-            name="target",
-            label="Target",
-            query=f"label_values({TARGET_BYTES}, target)",
-            dataSource=g.datasource(PROMETHEUS),
-            includeAll=True,
-            multi=True,
-            allValue=".*",
-            default="All",
-            refresh=2,
-            sort=1,
-        )
+        prometheus_query_variable("target", f"label_values({TARGET_BYTES}, target)", "Target")
     )
     return core.Dashboard(
         title="hpcmon: long-term file system and power",
@@ -164,19 +145,9 @@ def build(config: Config) -> core.Dashboard:
         templating=core.Templating(list=variables),
         panels=layout.panels,
         links=[
-            core.DashboardLink(
-                title="Operations overview (last day, raw series)",
-                type="link",
-                uri=f"/d/{OVERVIEW_UID}/{OVERVIEW_UID}?var-jobid=All",
-                keepTime=True,
-                icon="dashboard",
+            g.dashboard_link(
+                "Operations overview (last day, raw series)", OVERVIEW_UID, "var-jobid=All"
             ),
-            core.DashboardLink(
-                title="Job drill-down",
-                type="link",
-                uri=f"/d/{JOB_UID}/{JOB_UID}?var-jobid=",
-                keepTime=True,
-                icon="dashboard",
-            ),
+            g.dashboard_link("Job drill-down", JOB_UID, "var-jobid="),
         ],
     )

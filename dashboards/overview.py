@@ -344,15 +344,7 @@ def build(config: Config) -> core.Dashboard:
         time=core.Time("now-6h", "now"),
         templating=core.Templating(list=overview_variables(config)),
         panels=layout.panels,
-        links=[
-            core.DashboardLink(
-                title="Job drill-down",
-                type="link",
-                uri=f"/d/{JOB_UID}/{JOB_UID}?var-jobid=${{jobid}}",
-                keepTime=True,
-                icon="dashboard",
-            )
-        ],
+        links=[g.dashboard_link("Job drill-down", JOB_UID, "var-jobid=${jobid}")],
     )
 
 
