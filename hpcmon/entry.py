@@ -23,8 +23,9 @@ def run(command: str) -> int:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         missing = (exc.name or "").split(".")[0]
-        if not missing or missing in _OWN_PACKAGES:
-            raise  # a broken installation of hpcmon itself, not a missing extra
+        if not missing or missing in _OWN_PACKAGES:  # hpcmon itself is broken, not an extra
+            print(f"{command}: hpcmon is incompletely installed: {exc}", file=sys.stderr)
+            return 2
         print(
             f"{command}: the Python package {missing!r} is missing: "
             f"install the role's extra, e.g. pip install 'hpcmon[{extra}]'",

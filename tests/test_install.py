@@ -136,3 +136,13 @@ def test_debian_services_of_the_test_servers_stay_disabled() -> None:
     for unit in ("prometheus", "influxdb", "victoria-metrics"):
         assert not Path(f"/etc/systemd/system/multi-user.target.wants/{unit}.service").exists()
         assert not list(Path("/etc").glob(f"rc[2-5].d/S*{unit}"))
+
+
+def test_a_broken_installation_is_one_line_not_a_traceback(monkeypatch, capsys) -> None:
+    from hpcmon import entry
+
+    monkeypatch.setitem(entry.COMMANDS, "hpcmon-broken", ("hpcmon.nonexistent", "exporter"))
+    assert entry.run("hpcmon-broken") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["hpcmon-broken: hpcmon is incompletely installed: "
+                   "No module named 'hpcmon.nonexistent'"]  # fmt: skip
