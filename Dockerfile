@@ -16,7 +16,7 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 FROM ${PYTHON_IMAGE} AS wheel
 WORKDIR /src
 COPY pyproject.toml README.md ./
-COPY hpcmon ./hpcmon
+COPY src ./src
 COPY exporter ./exporter
 COPY post_job ./post_job
 COPY dashboards ./dashboards
