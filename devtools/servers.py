@@ -142,7 +142,10 @@ class PromQLServer(Server):
         params = {"query": expr}
         if at is not None:
             params["time"] = str(at)
-        status, body = http_get(f"{self.url}/api/v1/query?{urllib.parse.urlencode(params)}")
+        # A loaded 2-core machine can take seconds on a site-scale query: wait, do not fail.
+        status, body = http_get(
+            f"{self.url}/api/v1/query?{urllib.parse.urlencode(params)}", timeout=30.0
+        )
         data = json.loads(body)
         if status != 200 or data.get("status") != "success":
             raise RuntimeError(f"query {expr!r} failed: {body[:500]!r}")
