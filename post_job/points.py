@@ -8,8 +8,9 @@ the spool, the tests and the servers depend on, and the library's differ from wh
   escaped; raw line breaks and tabs in names become the two characters ``\\n`` ``\\r`` ``\\t``
   (a raw one would end the line);
 - InfluxDB 1.x cannot store a backslash that ends a tag key or value (it reads it as escaping
-  the separator and refuses the line). Such backslashes are written as U+29F5 (REVERSE
-  SOLIDUS OPERATOR, ``⧵``); every other tag value reads back unchanged;
+  the separator and refuses the line), nor, in a measurement name, one before a comma or space
+  (it drops it). Such backslashes are written as U+29F5 (REVERSE SOLIDUS OPERATOR, ``⧵``);
+  every other tag value reads back unchanged;
 - string fields: ``\\`` and ``"`` escaped, line breaks written as ``\\n``/``\\r``;
 - floats in Python's shortest round-trip form without a trailing ``.0``; ``-0.0`` written as
   ``0``; NaN and infinities dropped (InfluxDB cannot store them); integers with ``i``;
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -33,22 +35,27 @@ _KEY = str.maketrans({",": "\\,", "=": "\\=", " ": "\\ ", "\n": "\\n", "\r": "\\
 _STRING = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\\\n", "\r": "\\\\r"})
 
 
+# Backslashes ending a text; in a measurement name also those before a comma or space, which
+# InfluxDB 1.x drops there (``m\\ 0`` is stored as ``m 0``) while tag keys and values keep them.
+_TRAILING = re.compile(r"\\+\Z")
+_MEASUREMENT_UNSTORABLE = re.compile(r"\\+(?=[, ]|\Z)")
+
+
 def escape_measurement(name: str) -> str:
-    return _storable(str(name)).translate(_MEASUREMENT)
+    return _storable(str(name), _MEASUREMENT_UNSTORABLE).translate(_MEASUREMENT)
 
 
 def escape_key(key: str) -> str:
     """A tag key, tag value or field key."""
-    return _storable(str(key).translate(_CONTROL)).translate(_KEY)
+    return _storable(str(key).translate(_CONTROL), _TRAILING).translate(_KEY)
 
 
-def _storable(text: str) -> str:
-    """Backslashes ending the text become U+29F5: InfluxDB 1.x reads a backslash before the
-    separator as an escape and refuses the line; every other backslash is stored as is."""
-    if not text.endswith("\\"):
+def _storable(text: str, unstorable: re.Pattern[str]) -> str:
+    """Backslashes InfluxDB 1.x would read as escaping a separator (it refuses or changes the
+    line) become U+29F5; every other backslash is stored as is."""
+    if "\\" not in text:
         return text
-    kept = text.rstrip("\\")
-    return kept + UNSTORABLE_BACKSLASH * (len(text) - len(kept))
+    return unstorable.sub(lambda run: UNSTORABLE_BACKSLASH * len(run.group()), text)
 
 
 def format_field(value: FieldValue) -> str | None:

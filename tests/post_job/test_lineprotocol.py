@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import urllib.request
 
 import pytest
@@ -54,6 +55,12 @@ def stored_tag(value: str) -> str:
     value = value.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
     kept = value.rstrip("\\")
     return kept + UNSTORABLE_BACKSLASH * (len(value) - len(kept))
+
+
+def stored_measurement(value: str) -> str:
+    """A measurement name also loses a backslash before a comma or space: written as U+29F5."""
+    value = value.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+    return re.sub(r"\\+(?=[, ]|\Z)", lambda run: UNSTORABLE_BACKSLASH * len(run.group()), value)
 
 
 def _write(server: servers.InfluxDB1, db: str, lines: list[str]) -> None:
@@ -166,7 +173,7 @@ def test_points_parse_back_to_what_was_written(measurement, tags, fields, stamp)
     def name(text: str) -> str:
         return stored_tag(text)
 
-    assert got_measurement == name(measurement)
+    assert got_measurement == stored_measurement(measurement)
     assert got_tags == {name(k): name(v) for k, v in tags.items()}
     want = {}
     for key, value in fields.items():
@@ -177,3 +184,14 @@ def test_points_parse_back_to_what_was_written(measurement, tags, fields, stamp)
         want[name(key)] = value
     assert got_fields == want
     assert got_time == stamp
+
+
+def test_hostile_measurement_names_read_back(influxdb1: servers.InfluxDB1, lp_db: str) -> None:
+    """InfluxDB 1.x drops a backslash before a comma or space in a measurement name: the
+    encoder writes U+29F5 there, and the stored name is the documented one."""
+    names = ["m\\ 0", "m\\,x", "tail\\", "mid\\dle", "plain m", "a,b"]
+    base = next(_counter) * 1000
+    lines = [Point(n, {"jobid": "mx"}, {"f": i}, base + i).to_line() for i, n in enumerate(names)]
+    _write(influxdb1, lp_db, lines)
+    stored = {row[0] for row in influxdb1.series("SHOW MEASUREMENTS", db=lp_db)[0]["values"]}
+    assert {stored_measurement(n) for n in names} <= stored
