@@ -207,26 +207,18 @@ POST_JOB_QUERIES = (
 )
 
 
+def _run_on_demo_job(module: str, influx: InfluxDB1, *args: str) -> subprocess.CompletedProcess:
+    """``python -m MODULE`` (the hook or the report) on the demo job in the demo's database."""
+    command = [sys.executable, "-m", module, "--job-id", DEMO_JOB, "--cluster", "demo"]
+    command += ["--influx.v1-url", influx.url, "--influx.database", "hpcmon", *args]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
 def _post_job_demo(influx: InfluxDB1, workdir: Path) -> str:
     """Run the post-job hook on bundled real data into InfluxDB, then read it back."""
     influx.create_database("hpcmon")
-    command = [
-        sys.executable,
-        "-m",
-        "hpcmon.post_job",
-        "--job-id",
-        DEMO_JOB,
-        "--cluster",
-        "demo",
-        *POST_JOB_INPUTS,
-        "--influx.v1-url",
-        influx.url,
-        "--influx.database",
-        "hpcmon",
-        "--spool-dir",
-        str(workdir / "spool"),
-    ]
-    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    spool = ["--spool-dir", str(workdir / "spool")]
+    run = _run_on_demo_job("hpcmon.post_job", influx, *POST_JOB_INPUTS, *spool)
     lines = [f"== Post-job hook for job {DEMO_JOB} (exit {run.returncode}) =="]
     lines += ["   " + line for line in run.stderr.strip().splitlines()]
     for title, query in POST_JOB_QUERIES:
@@ -252,22 +244,7 @@ def _job_report(influx: InfluxDB1, workdir: Path) -> tuple[Path, str]:
     """``hpcmon-report`` on the job the hook just wrote, from the database alone (no log):
     the per-job answer a newcomer opens in a browser. Returns its path and a status line."""
     path = workdir / f"report-{DEMO_JOB}.html"
-    command = [
-        sys.executable,
-        "-m",
-        "hpcmon.report",
-        "--job-id",
-        DEMO_JOB,
-        "--cluster",
-        "demo",
-        "--influx.v1-url",
-        influx.url,
-        "--influx.database",
-        "hpcmon",
-        "--output",
-        str(path),
-    ]
-    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    run = _run_on_demo_job("hpcmon.report", influx, "--output", str(path))
     if run.returncode != 0 or not path.is_file():
         reason = (run.stderr.strip().splitlines() or ["no output"])[-1]
         return path, f"not written (exit {run.returncode}): {reason}"
