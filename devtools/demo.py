@@ -2,8 +2,9 @@
 that evaluates the generated alert and recording rules, with a live terminal view of the top
 jobs and the firing alerts queried through Prometheus' HTTP API; first, the post-job hook
 ingests a finished job's bundled Darshan, Recorder, VizTracer and GEOPM data into a real
-InfluxDB 1.6.7 and the demo reads it back with InfluxQL. The Grafana dashboards, rules and
-provisioning files are generated into the work directory (no Grafana server runs here).
+InfluxDB 1.6.7 and the demo reads it back with InfluxQL, then writes that job's report
+(``hpcmon-report``, HTML, from the database). The Grafana dashboards, rules and provisioning
+files are generated into the work directory (no Grafana server runs here).
 
 Everything it starts (InfluxDB, replay, exporter, Prometheus) is stopped on Ctrl-C or after
 --duration.
@@ -206,26 +207,18 @@ POST_JOB_QUERIES = (
 )
 
 
+def _run_on_demo_job(module: str, influx: InfluxDB1, *args: str) -> subprocess.CompletedProcess:
+    """``python -m MODULE`` (the hook or the report) on the demo job in the demo's database."""
+    command = [sys.executable, "-m", module, "--job-id", DEMO_JOB, "--cluster", "demo"]
+    command += ["--influx.v1-url", influx.url, "--influx.database", "hpcmon", *args]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
 def _post_job_demo(influx: InfluxDB1, workdir: Path) -> str:
     """Run the post-job hook on bundled real data into InfluxDB, then read it back."""
     influx.create_database("hpcmon")
-    command = [
-        sys.executable,
-        "-m",
-        "hpcmon.post_job",
-        "--job-id",
-        DEMO_JOB,
-        "--cluster",
-        "demo",
-        *POST_JOB_INPUTS,
-        "--influx.v1-url",
-        influx.url,
-        "--influx.database",
-        "hpcmon",
-        "--spool-dir",
-        str(workdir / "spool"),
-    ]
-    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    spool = ["--spool-dir", str(workdir / "spool")]
+    run = _run_on_demo_job("hpcmon.post_job", influx, *POST_JOB_INPUTS, *spool)
     lines = [f"== Post-job hook for job {DEMO_JOB} (exit {run.returncode}) =="]
     lines += ["   " + line for line in run.stderr.strip().splitlines()]
     for title, query in POST_JOB_QUERIES:
@@ -245,6 +238,17 @@ def _post_job_demo(influx: InfluxDB1, workdir: Path) -> str:
                 )
                 lines.append(f"   {tags + ' ' if tags else ''}{values}")
     return "\n".join(lines)
+
+
+def _job_report(influx: InfluxDB1, workdir: Path) -> tuple[Path, str]:
+    """``hpcmon-report`` on the job the hook just wrote, from the database alone (no log):
+    the per-job answer a newcomer opens in a browser. Returns its path and a status line."""
+    path = workdir / f"report-{DEMO_JOB}.html"
+    run = _run_on_demo_job("hpcmon.report", influx, "--output", str(path))
+    if run.returncode != 0 or not path.is_file():
+        reason = (run.stderr.strip().splitlines() or ["no output"])[-1]
+        return path, f"not written (exit {run.returncode}): {reason}"
+    return path, f"job {DEMO_JOB}, HTML from InfluxDB; open it in a browser"
 
 
 def _scrape_config(address: str) -> list[dict]:
@@ -314,8 +318,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             ) as prom,
         ):
             print(_post_job_demo(influx, args.workdir), flush=True)
+            report, report_status = _job_report(influx, args.workdir)
             print()
             print(f"influxdb:   {influx.url}  (database hpcmon, InfluxQL at /query)")
+            print(f"report:     {report}  ({report_status})")
             print(f"exporter:   http://{exporter.address}/metrics")
             print(f"prometheus: {prom.url}  (graph: {prom.url}/graph)")
             print(

@@ -201,6 +201,8 @@ def run_prometheus(
 
 
 # ---------------------------------------------------------------- InfluxDB 1.x
+# The README's site configuration ("InfluxDB for a site"): the TSI index; InfluxDB's own
+# default limits, which 1.6.7 enforces only with the inmem index.
 INFLUXDB_CONF = """\
 reporting-disabled = true
 bind-address = "127.0.0.1:{rpc_port}"
@@ -210,6 +212,9 @@ bind-address = "127.0.0.1:{rpc_port}"
   dir = "{workdir}/data"
   wal-dir = "{workdir}/wal"
   query-log-enabled = false
+  index-version = "{index}"
+  max-series-per-database = {max_series_per_database}
+  max-values-per-tag = {max_values_per_tag}
 [http]
   enabled = true
   bind-address = "127.0.0.1:{port}"
@@ -219,11 +224,18 @@ bind-address = "127.0.0.1:{rpc_port}"
 [continuous_queries]
   enabled = false
 """
+INFLUXDB_DATA_DEFAULTS = {
+    "index": "tsi1",
+    "max_series_per_database": 1_000_000,
+    "max_values_per_tag": 100_000,
+}
 
 
 @dataclass
 class InfluxDB1(Server):
     config_path: Path | None = None
+    rpc_port: int = 0
+    data_settings: dict | None = None  # [data] keys of INFLUXDB_DATA_DEFAULTS
 
     def query(self, q: str, db: str | None = None, epoch: str = "ns") -> dict:
         params = {"q": q, "epoch": epoch}
@@ -244,7 +256,23 @@ class InfluxDB1(Server):
             raise RuntimeError(result["error"])
         return result.get("series", [])
 
-    def start_again(self) -> None:
+    def write_config(self) -> None:
+        assert self.config_path is not None
+        self.config_path.write_text(
+            INFLUXDB_CONF.format(
+                workdir=self.workdir,
+                port=self.port,
+                rpc_port=self.rpc_port,
+                **{**INFLUXDB_DATA_DEFAULTS, **(self.data_settings or {})},
+            )
+        )
+
+    def start_again(self, **data_settings: object) -> None:
+        """Start the stopped server on the same data; ``data_settings`` (e.g. a bigger
+        max_series_per_database) change its configuration first."""
+        if data_settings:
+            self.data_settings = {**(self.data_settings or {}), **data_settings}
+            self.write_config()
         binary = _require("influxd")
         self.proc, log_path = _spawn(
             [binary, "run", "-config", str(self.config_path)], self.workdir
@@ -253,14 +281,28 @@ class InfluxDB1(Server):
 
 
 @contextlib.contextmanager
-def run_influxdb1() -> Iterator[InfluxDB1]:
+def run_influxdb1(**data_settings: object) -> Iterator[InfluxDB1]:
+    """InfluxDB 1.x with the site configuration; ``data_settings`` override its [data] keys
+    (index, max_series_per_database, max_values_per_tag)."""
     binary = _require("influxd")
+    unknown = set(data_settings) - set(INFLUXDB_DATA_DEFAULTS)
+    if unknown:
+        raise ValueError(f"unknown InfluxDB [data] settings: {sorted(unknown)}")
     with _workdir("hpcmon-influx-") as workdir:
         port, rpc_port = free_port(), free_port()
         config_path = workdir / "influxdb.conf"
-        config_path.write_text(INFLUXDB_CONF.format(workdir=workdir, port=port, rpc_port=rpc_port))
-        proc, log_path = _spawn([binary, "run", "-config", str(config_path)], workdir)
-        server = InfluxDB1("influxdb", f"http://127.0.0.1:{port}", port, workdir, proc, config_path)
+        server = InfluxDB1(
+            "influxdb",
+            f"http://127.0.0.1:{port}",
+            port,
+            workdir,
+            None,  # type: ignore[arg-type] - started just below
+            config_path,
+            rpc_port,
+            dict(data_settings),
+        )
+        server.write_config()
+        server.proc, log_path = _spawn([binary, "run", "-config", str(config_path)], workdir)
         with _serving(server, f"{server.url}/ping", log_path):
             yield server
 

@@ -196,7 +196,13 @@ def ship_to_server(
             f"{direct.lost} lost; the spool already there is intact"
         )
     down = result.unavailable_reason
-    if down is not None and report.spooled:
+    if down is not None and result.capacity:
+        # not an outage that passes by itself: someone must raise the limit, so a problem line
+        report.problems.append(
+            f"{writer.describe()}: {down}; {report.spooled} line(s) of this run wait in "
+            f"{spool.dir}: run 'hpcmon-post-job flush' once the limit is raised"
+        )
+    elif down is not None and report.spooled:
         log.warning(
             "%s unavailable (%s); %d line(s) of this run wait in %s",
             writer.describe(),
@@ -267,6 +273,7 @@ def flush(settings: WriterSettings, deadline: Deadline) -> list[DestinationRepor
         report = DestinationReport(writer.describe())
         try:
             spool = Spool(settings.spool_dir, writer.kind)
+            _requeue_capacity_refusals(spool, report)
             result = _replay_into(report, spool, writer, deadline, settings)
         finally:
             writer.close()
@@ -276,6 +283,20 @@ def flush(settings: WriterSettings, deadline: Deadline) -> list[DestinationRepor
             )
         reports.append(report)
     return reports
+
+
+def _requeue_capacity_refusals(spool: Spool, report: DestinationReport) -> None:
+    """Lines an earlier release filed as rejected for a series limit go back into the queue."""
+    try:
+        queued = spool.requeue_capacity_refusals()
+    except OSError as exc:
+        report.problems.append(f"spool {spool.rejected_dir}: {exc.strerror or exc}")
+        return
+    if queued:
+        log.info(
+            "flush: %d line(s) filed as rejected for the store's series limit are queued again",
+            queued,
+        )
 
 
 def _open_writers(settings: WriterSettings, reports: list[DestinationReport]) -> list[ServerWriter]:

@@ -3,7 +3,8 @@
 Layout: ``<spool-dir>/<kind>/`` per server API (``influx-v1``, ``influx-v2``), one file per
 batch named ``<created-ns>-<pid>-<seq>.spool`` so names sort oldest first, ``rejected/`` for
 lines the server refused and damaged frames (kept for a human, never replayed), ``.lock`` for
-the replay lock.
+the replay lock. A store at its series limit refuses nothing for good: those lines stay queued
+(earlier releases filed them under ``rejected/``; ``flush`` queues them again).
 
 A run writes all its lines here *before* the first request (each file written, fsynced,
 renamed, directory fsynced), and a file is deleted only after the server acknowledged every
@@ -39,7 +40,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hpcmon.post_job.writers import Deadline, ServerWriter, deliver
+from hpcmon.post_job.writers import Deadline, ServerWriter, capacity_problem, deliver
 
 log = logging.getLogger("hpcmon.post_job.spool")
 
@@ -210,6 +211,7 @@ class ReplayResult:
     corrupt: list[str] = field(default_factory=list)
     skipped_locked: bool = False
     unavailable_reason: str | None = None
+    capacity: bool = False  # stopped because the store is at a series limit
 
 
 class Spool:
@@ -271,6 +273,37 @@ class Spool:
         atomic_write(path, text.encode("utf-8"))
         return path
 
+    def requeue_capacity_refusals(self) -> int:
+        """Queue again the lines an earlier release filed under ``rejected/`` because the store
+        was at a series limit (good data), under the rejected file's own name so they keep
+        their place in order; the other rejected lines stay where they are. Returns the number
+        of lines queued. A kill half-way queues some lines twice at worst (identical points)."""
+        if not self.rejected_dir.is_dir():
+            return 0
+        queued = 0
+        for path in sorted(self.rejected_dir.glob("*.jsonl")):
+            try:
+                rows = path.read_text(encoding="utf-8").splitlines()
+                entries = [json.loads(row) for row in rows if row.strip()]
+            except (OSError, UnicodeDecodeError, ValueError):
+                continue  # damaged or edited by hand: left for the human it is kept for
+            again = [e["line"] for e in entries if _refused_for_capacity(e)]
+            if not again:
+                continue
+            name = path.name.removesuffix(".jsonl") + SUFFIX
+            if not _NAME.match(name):
+                name = f"{time.time_ns():020d}-{os.getpid()}-{next(_SEQUENCE)}{SUFFIX}"
+            self._ensure()
+            atomic_write(self.dir / name, encode_batch(again, self.kind, time.time_ns()))
+            keep = [e for e in entries if not _refused_for_capacity(e)]
+            if keep:
+                text = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in keep)
+                atomic_write(path, text.encode("utf-8"))
+            else:
+                self.remove(path)
+            queued += len(again)
+        return queued
+
     def set_aside(self, path: Path, frames: Sequence[bytes]) -> Path:
         """Keep the damaged frames of a spool file, as they were, for inspection."""
         self.rejected_dir.mkdir(parents=True, exist_ok=True)
@@ -312,6 +345,14 @@ class Spool:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
+
+
+def _refused_for_capacity(entry: object) -> bool:
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("line"), str)
+        and capacity_problem(str(entry.get("error", ""))) is not None
+    )
 
 
 def replay(
@@ -385,6 +426,7 @@ def _replay_file(
         if len(outcome.pending) < len(batch.lines):
             spool.replace(path, outcome.pending)
         result.unavailable_reason = outcome.unavailable_reason
+        result.capacity = outcome.capacity
         return False
     spool.remove(path)
     if not mine:

@@ -9,6 +9,11 @@ lines of a 400 "partial write"); identical (measurement, tags, time) points over
 themselves, so this never creates duplicates. When InfluxDB 1.x says it wrote none of the
 chunk (every line dropped or unparsable), the whole chunk is rejected at once: a measurement
 whose field type changed costs one request, not 2n - 1.
+
+A store that refuses for capacity (InfluxDB 1.x ``max-series-per-database`` or
+``max-values-per-tag``, InfluxDB Cloud's series cardinality quota, InfluxDB 3's table and
+column limits) is not sent bad data: ``CapacityError`` stops the delivery like an outage, so
+the lines stay in the spool until the limit is raised, and its message names the setting.
 """
 
 from __future__ import annotations
@@ -54,6 +59,54 @@ class UnavailableError(Exception):
     """The server cannot take data now (down, 5xx, auth, missing database): spool and retry."""
 
 
+class CapacityError(UnavailableError):
+    """The store refuses new series (a series, tag-value or schema limit): the data is good.
+    Keep it for ``flush``; the message says which limit and which setting raises it."""
+
+
+# Capacity refusals, by the text each store answers (checked on InfluxDB 1.6.7 with a small
+# limit: 400 {"error":"partial write: max-series-per-database limit exceeded: (5) dropped=6"}),
+# and what raises the limit.
+_CAPACITY = (
+    (
+        "max-series-per-database limit exceeded",
+        "raise max-series-per-database in the [data] section of influxdb.conf (0 = no limit) "
+        'or use index-version = "tsi1", and restart InfluxDB',
+    ),
+    (
+        "max-values-per-tag limit exceeded",
+        "raise max-values-per-tag in the [data] section of influxdb.conf (0 = no limit) "
+        'or use index-version = "tsi1", and restart InfluxDB',
+    ),
+    (
+        "series cardinality exceeds",
+        "raise the organization's series cardinality quota (InfluxDB Cloud: the plan's quota)",
+    ),
+    ("service limit reached", "raise the InfluxDB 3 table/column limit (InfluxData support)"),
+)
+
+
+def capacity_problem(message: str) -> str | None:
+    """'the store's series limit was reached (...); <what raises it>' when ``message`` (the
+    server's answer, or a reason filed by an earlier release) is a capacity refusal."""
+    lowered = message.lower()
+    for text, remedy in _CAPACITY:
+        if text in lowered:
+            said = _short(_server_error(message), 160)
+            return f"the store's series limit was reached ({said}); {remedy}"
+    return None
+
+
+def _server_error(body: str) -> str:
+    """The ``error`` (1.x) or ``message`` (2.x) of a JSON error body, else the body."""
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return body
+    said = answer.get("error") or answer.get("message") if isinstance(answer, dict) else None
+    return said if isinstance(said, str) else body
+
+
 class TooLargeError(Exception):
     """The request body was too large: split and send again."""
 
@@ -96,6 +149,7 @@ class Delivery:
     rejected: list[tuple[str, str]] = field(default_factory=list)  # (line, server's reason)
     pending: list[str] = field(default_factory=list)  # not acknowledged: to spool
     unavailable_reason: str | None = None
+    capacity: bool = False  # the store refused for a series limit (see CapacityError)
 
 
 def deliver(
@@ -125,6 +179,7 @@ def deliver(
                 stack.append(chunk[:middle])
         except UnavailableError as exc:
             result.unavailable_reason = str(exc)
+            result.capacity = isinstance(exc, CapacityError)
             _keep_pending(result, chunk, stack)
             break
     return result
@@ -148,6 +203,9 @@ def _short(body: bytes | str, limit: int = 300) -> str:
 
 
 def _raise_for_status(status: int, message: str, every_line: bool = False) -> None:
+    capacity = capacity_problem(message) if status in (400, 422, 429, 503) else None
+    if capacity is not None:
+        raise CapacityError(f"HTTP {status}: {capacity}")
     if status in _BAD_DATA_STATUSES:
         raise RejectedError(f"HTTP {status}: {message}", every_line)
     if status == _TOO_LARGE_STATUS:

@@ -59,6 +59,7 @@ def collect(job_id: str, cluster: str | None, sources: Sources) -> JobData:
             rows = read_job_rows(sources.influx, job_id, cluster)
         except InfluxReadError as exc:
             job.missing.append(f"post-job points: {exc}")
+            job.unreadable.append("InfluxDB")
     else:
         job.missing.append("post-job points: no InfluxDB given")
     if rows is not None:
@@ -75,6 +76,8 @@ def collect(job_id: str, cluster: str | None, sources: Sources) -> JobData:
     if sources.darshan_logs:
         from_logs, problems = darshan_from_logs(list(sources.darshan_logs))
         job.missing.extend(f"Darshan log: {p}" for p in problems)
+        if from_logs is None and problems:
+            job.unreadable.append("Darshan logs")
         if from_logs is not None:
             if job.darshan is not None and not from_logs.heatmaps:
                 from_logs.heatmaps = job.darshan.heatmaps
@@ -93,6 +96,7 @@ def collect(job_id: str, cluster: str | None, sources: Sources) -> JobData:
                 )
             except PrometheusReadError as exc:
                 job.missing.append(f"Lustre and power: {exc}")
+                job.unreadable.append("Prometheus")
             else:
                 if not job.prometheus.targets:
                     job.missing.append("Lustre: no jobstats series for the job in its window")
@@ -101,6 +105,27 @@ def collect(job_id: str, cluster: str | None, sources: Sources) -> JobData:
     else:
         job.missing.append("Lustre and power: no Prometheus given")
     return job
+
+
+def has_data(job: JobData) -> bool:
+    """Whether any source had something on the job (an empty Prometheus answer is nothing)."""
+    prom = job.prometheus
+    found_in_prometheus = prom is not None and bool(prom.targets or prom.power is not None)
+    return bool(job.darshan or job.functions or job.geopm or found_in_prometheus)
+
+
+def searched(job: JobData, sources: Sources) -> str:
+    """Where the job was looked for, for the one line saying it was not found."""
+    places = []
+    if sources.influx is not None and sources.influx.configured:
+        places.append(sources.influx.describe())
+    if sources.prometheus_url and job.prometheus is not None:
+        places.append(f"Prometheus {sources.prometheus_url}")
+    if sources.darshan_logs:
+        places.append(f"{len(sources.darshan_logs)} Darshan log(s)")
+    if not places:
+        return "no source (give --influx.v1-url, --influx.url, --prometheus.url or --darshan)"
+    return " and ".join(places)
 
 
 def _window(job: JobData) -> tuple[float, float] | None:

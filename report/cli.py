@@ -1,8 +1,9 @@
 """``hpcmon-report``: one job's report from InfluxDB post-job points and Prometheus.
 
 Exit status: 0 report written (what a source could not give is listed in it and, one line
-each, on stderr); 1 the report could not be written or no source had anything on the job;
-2 bad usage. No traceback reaches the user.
+each, on stderr); 1 the report could not be written, or a source could not be read and the
+others had nothing on the job; 2 bad usage, or no data for the job in any source (one line,
+nothing written). No traceback reaches the user.
 """
 
 from __future__ import annotations
@@ -15,7 +16,15 @@ from pathlib import Path
 
 from hpcmon.common.influx_flags import add_influx_arguments, influx_flags_problem
 from hpcmon.dashboards.uids import JOB_UID
-from hpcmon.report.api import Sources, build, collect, render, write_atomically
+from hpcmon.report.api import (
+    Sources,
+    build,
+    collect,
+    has_data,
+    render,
+    searched,
+    write_atomically,
+)
 from hpcmon.report.influx import InfluxSettings
 from hpcmon.report.prometheus import DEFAULT_JOB_MATCHER
 
@@ -142,6 +151,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         fmt = {".html": "html", ".json": "json"}.get(options.output.suffix)
     try:
         job = collect(options.job_id, options.cluster, sources)
+        if not has_data(job) and not job.unreadable:
+            cluster = f" (cluster {options.cluster})" if options.cluster else ""
+            print(
+                f"hpcmon-report: no data for job {options.job_id}{cluster} in "
+                f"{searched(job, sources)}",
+                file=sys.stderr,
+            )
+            return 2
         text = render(job, build(job, sources), fmt or "text")
     except Exception as exc:  # a bug or input nothing foresaw: one line, not a traceback
         print(
@@ -163,8 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 1
-    seen = job.darshan or job.prometheus or job.functions or job.geopm
-    return 0 if seen else 1
+    return 0 if has_data(job) else 1
 
 
 if __name__ == "__main__":

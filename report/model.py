@@ -203,3 +203,4 @@ class JobData:
     prometheus: PrometheusData | None = None
     window: tuple[float, float] | None = None  # epoch seconds
     missing: list[str] = field(default_factory=list)  # what the report could not see, and why
+    unreadable: list[str] = field(default_factory=list)  # sources that failed (not just empty)

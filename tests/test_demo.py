@@ -48,6 +48,12 @@ def test_demo_shows_top_jobs_from_prometheus(tmp_path: Path) -> None:
     assert counts["recorder_trace"] == "1" and counts["viztracer_summary"] == "1"
     assert counts["geopm_totals"] == "12"  # 4 hosts x application, epoch, unmarked
     assert {f"host=mcfly{i}" for i in range(1, 5)} <= set(re.findall(r"host=mcfly\d", post_job))
+    # The job's report, written by hpcmon-report from the database, where the demo says.
+    report = re.search(r"^report:\s+(\S+\.html)  \(job 4242, HTML from InfluxDB", out, re.M)
+    assert report, out[:3000]
+    page = Path(report.group(1)).read_text()
+    assert page.startswith("<!DOCTYPE html>") and "4242" in page
+    assert "<svg" in page and "Could not see" in page  # its pictures; no Prometheus asked
     # The newest view whose rate panels have data (on a loaded machine the exporter's sampler,
     # at a lower priority, can be a sample behind when the last view is drawn).
     views = out.split("(Ctrl-C to stop)")[1:]

@@ -22,6 +22,8 @@ def test_influxdb1_write_and_query(influxdb1: servers.InfluxDB1) -> None:
         assert resp.status == 204
     series = influxdb1.series("SELECT value FROM probe", db="fixture_check")
     assert series[0]["values"] == [[1700000000000000000, 42]]
+    # the README's site configuration: the TSI index (one index/ folder per shard on disk)
+    assert list((influxdb1.workdir / "data" / "fixture_check").glob("autogen/*/index"))
 
 
 def test_victoria_metrics_influx_v2_write(victoria_metrics: servers.VictoriaMetrics) -> None:

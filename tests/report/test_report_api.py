@@ -290,3 +290,33 @@ def test_hostile_influx_answers_are_a_read_error(body) -> None:
         return
     assert isinstance(rows, dict)
     darshan_from_rows(rows)  # whatever came through, the reader copes
+
+
+def test_unknown_job_is_one_line_and_exit_2(influxdb1, tmp_path: Path) -> None:
+    """A real InfluxDB holding another job: the unknown one gets one line, no report."""
+    from hpcmon.post_job.cli import main as post_job
+
+    influxdb1.create_database("unknown_job")
+    where = ["--influx.v1-url", influxdb1.url, "--influx.database", "unknown_job"]
+    assert post_job(["--job-id", "31", "--darshan", str(REAL[0]), *where]) == 0
+
+    def report(job: str, *extra: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "hpcmon.report", "--job-id", job, *where, *extra]
+        return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+    out = tmp_path / "r.html"
+    unknown = report("999999", "--prometheus.url", "http://127.0.0.1:9", "--output", str(out))
+    assert unknown.returncode == 2 and unknown.stdout == "" and not out.exists()
+    assert unknown.stderr.splitlines() == [
+        f"hpcmon-report: no data for job 999999 in InfluxDB {influxdb1.url} database unknown_job"
+    ]
+    assert report("31", "--format", "json").returncode == 0  # the job it holds: a report
+    nothing = subprocess.run(
+        [sys.executable, "-m", "hpcmon.report", "--job-id", "5"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert nothing.returncode == 2 and len(nothing.stderr.splitlines()) == 1
+    assert "no data for job 5 in no source (give --influx.v1-url" in nothing.stderr
