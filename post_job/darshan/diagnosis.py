@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hpcmon.common.timeutil import seconds_to_ns
-from hpcmon.post_job.darshan.model import DarshanLog
+from hpcmon.post_job.darshan.model import EARLIEST_START, DarshanLog
 from hpcmon.post_job.model import JobContext
 from hpcmon.post_job.points import FieldValue, Point
 from hpcmon.report.darshan_log import darshan_from_log_objects
@@ -39,7 +39,7 @@ def diagnosis_points(logs: Sequence[DarshanLog], job: JobContext) -> list[Point]
     scored = [i for i in insights if i.level in (HIGH, WARN)]
     # most severe first: by score, then the rules' own order (diagnose's order is stable)
     ranked = sorted(scored, key=lambda i: -insight_score(i))
-    time_ns = seconds_to_ns(data.start or 0)
+    time_ns = seconds_to_ns(_start(logs))
     tags = job.base_tags()
     fields: dict[str, FieldValue] = {
         "score": job_score(scored),
@@ -62,6 +62,14 @@ def diagnosis_points(logs: Sequence[DarshanLog], job: JobContext) -> list[Point]
             Point(MEASUREMENT, {**tags, "insight": insight.id}, _fields(insight), time_ns)
         )
     return points
+
+
+def _start(logs: Sequence[DarshanLog]) -> int:
+    """The job's first start: a damaged log's start of 0 (or before Darshan existed) must not
+    move the job's diagnosis to 1970 when its other logs know better."""
+    starts = [int(log.job.start_time) for log in logs]
+    plausible = [start for start in starts if start >= EARLIEST_START]
+    return min(plausible or starts)
 
 
 def _fields(insight: Insight) -> dict[str, FieldValue]:
