@@ -319,3 +319,11 @@ def test_the_score_follows_level_then_extent() -> None:
     assert job_score([make(HIGH, 1.0)] * 3) == 87.5
     assert job_score([Insight("x", HIGH, "t", {"files": 3}, "r")]) == 50  # no share: all of it
     assert np.isclose(job_score([make(HIGH, 0.2), make(WARN, 0.4)]), 100 * (1 - 0.7 * 0.86))
+
+
+def test_the_finished_jobs_dashboard_reads_what_the_hook_writes() -> None:
+    from hpcmon.dashboards import jobs as dashboard
+
+    assert (dashboard.MEASUREMENT, dashboard.JOB_ROW) == (MEASUREMENT, JOB_TAG)
+    job = diagnosis(collect_darshan([log_path(SKEW)], [], JobContext("2", "c1", "bob")))[JOB_TAG]
+    assert {name for name, _ in dashboard.COLUMNS} <= set(job)
