@@ -62,14 +62,19 @@ def written(influxdb1, tmp_path_factory):
     influxdb1.create_database(DATABASE)
     spool = tmp_path_factory.mktemp("spool")
     for log in ALL_LOGS:
-        command = [
-            sys.executable, "-m", "hpcmon.post_job", "--job-id", job_id(log), "--cluster", "c1",
-            "--user", "alice", "--darshan", str(log), "--influx.v1-url", influxdb1.url,
-            "--influx.database", DATABASE, "--spool-dir", str(spool),
-        ]  # fmt: skip
-        run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-        assert run.returncode == 0, f"{log.name}: {run.stderr}"
+        run_hook(influxdb1.url, log, spool)
     return influxdb1
+
+
+def run_hook(url: str, log: Path, spool: Path) -> None:
+    """The real hook command writes the log as job ``job_id(log)`` into InfluxDB."""
+    command = [
+        sys.executable, "-m", "hpcmon.post_job", "--job-id", job_id(log), "--cluster", "c1",
+        "--user", "alice", "--darshan", str(log), "--influx.v1-url", url,
+        "--influx.database", DATABASE, "--spool-dir", str(spool),
+    ]  # fmt: skip
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, f"{log.name}: {run.stderr}"
 
 
 def stored(influx, job: str) -> dict[str, dict]:
@@ -139,13 +144,7 @@ def test_one_type_per_field_and_reruns_write_the_same_points(written, tmp_path) 
     count = f'SELECT count("score") FROM "{MEASUREMENT}" WHERE "jobid" = \'{{}}\''
     log = log_path(SKEW)
     before = written.series(count.format(job_id(log)), db=DATABASE)
-    command = [
-        sys.executable, "-m", "hpcmon.post_job", "--job-id", job_id(log), "--cluster", "c1",
-        "--user", "alice", "--darshan", str(log), "--influx.v1-url", written.url,
-        "--influx.database", DATABASE, "--spool-dir", str(tmp_path),
-    ]  # fmt: skip
-    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
+    run_hook(written.url, log, tmp_path)
     assert written.series(count.format(job_id(log)), db=DATABASE) == before
     first = collect_darshan([log], [], JobContext("7", "c1", "alice"))
     again = collect_darshan([log], [], JobContext("7", "c1", "alice"))
