@@ -77,10 +77,7 @@ def job_table(config: Config) -> core.Panel:
     spec.link_field = "jobid"
     organize = {
         "id": "organize",
-        "options": {
-            "indexByName": {"Time": 0, "score": 1, "jobid": 2},
-            "renameByName": {"Time": "start", "top_insights": "top insights"},
-        },
+        "options": {"renameByName": {"Time": "start", "top_insights": "top insights"}},
     }
     panel = g.table(spec, sort_by="score", transformations=[organize])
     overrides = panel.extraJson["fieldConfig"]["overrides"]
