@@ -22,6 +22,7 @@ from hpcmon.report import api
 from hpcmon.report.insights import HIGH, INFO, WARN, Insight
 from hpcmon.report.score import insight_score, job_score
 from tests.post_job.darshan_helpers import (
+    E3SM,
     GZIPPED_PAIRS,
     LOGS,
     MPI_IO_TEST,
@@ -326,3 +327,18 @@ def test_the_finished_jobs_dashboard_reads_what_the_hook_writes() -> None:
     assert (dashboard.MEASUREMENT, dashboard.JOB_ROW) == (MEASUREMENT, JOB_TAG)
     job = diagnosis(collect_darshan([log_path(SKEW)], [], JobContext("2", "c1", "bob")))[JOB_TAG]
     assert {name for name, _ in dashboard.COLUMNS} <= set(job)
+
+
+def test_the_hook_evaluates_every_darshan_rule_and_only_those() -> None:
+    """README: at most 1 + 18 series per job (the rules that need Prometheus or VizTracer
+    cannot raise in the hook)."""
+    from hpcmon.post_job.darshan.reader_pydarshan import read_darshan_log
+    from hpcmon.report.darshan_log import darshan_from_log_objects
+    from hpcmon.report.insights import RULES, diagnose
+    from hpcmon.report.model import JobData
+
+    data = darshan_from_log_objects([read_darshan_log(log_path(E3SM))])
+    _, skipped = diagnose(JobData("1", darshan=data))
+    outside = {"target_dominated", "io_phase_target_spike", "energy_waiting_io", "python_hotspot"}
+    assert {s.id for s in skipped} == outside
+    assert len(RULES) - len(outside) == 18
