@@ -10,13 +10,13 @@ from typing import Any
 
 import yaml
 
-from . import grafana, job, longterm, overview, provisioning, rules
+from . import grafana, job, jobs, longterm, overview, provisioning, rules
 from .config import Config
 
 
 def dashboards(config: Config) -> dict[str, dict[str, Any]]:
     """uid -> dashboard JSON model."""
-    built = [overview.build(config), job.build(config), longterm.build(config)]
+    built = [overview.build(config), job.build(config), longterm.build(config), jobs.build(config)]
     return {board.uid: grafana.to_json(board) for board in built}
 
 

@@ -10,7 +10,7 @@ from . import grafana as g
 from . import promql, rules
 from .config import Config
 from .grafana import PROMETHEUS, PanelSpec, Query
-from .uids import JOB_UID, OVERVIEW_UID
+from .uids import JOB_UID, JOBS_UID, OVERVIEW_UID
 from .variables import cluster_matcher, jobstats_matchers, overview_variables
 
 RATE = "$__rate_interval"
@@ -344,7 +344,10 @@ def build(config: Config) -> core.Dashboard:
         time=core.Time("now-6h", "now"),
         templating=core.Templating(list=overview_variables(config)),
         panels=layout.panels,
-        links=[g.dashboard_link("Job drill-down", JOB_UID, "var-jobid=${jobid}")],
+        links=[
+            g.dashboard_link("Job drill-down", JOB_UID, "var-jobid=${jobid}"),
+            g.dashboard_link("Finished jobs by I/O score", JOBS_UID, "var-jobid=${jobid}"),
+        ],
     )
 
 

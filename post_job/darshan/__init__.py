@@ -10,6 +10,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from hpcmon.post_job.darshan.diagnosis import diagnosis_points
 from hpcmon.post_job.darshan.model import DarshanLog, JobInfo, header_problems
 from hpcmon.post_job.darshan.points import log_points
 from hpcmon.post_job.darshan.reader import read_log, read_logs, read_text
@@ -60,6 +61,7 @@ def collect_darshan(
 ) -> SourceOutput:
     output = SourceOutput()
     computed: list[tuple[JobInfo, LogSignals]] = []
+    diagnosed: list[DarshanLog] = []  # the logs that gave points: the job's diagnosis
     logs, texts = [Path(p) for p in logs], [Path(p) for p in texts]
     labels = log_labels([*logs, *texts])
     for path, outcome in read_logs(logs, texts):
@@ -68,13 +70,23 @@ def collect_darshan(
         converted = _log_points(path, outcome, tags, top_records, problems, output)
         if converted is not None:
             computed.append(converted)
+            diagnosed.append(outcome)
         output.errors.extend(problems)
+    _diagnosis(diagnosed, job, output)
     if signals_out is not None:
         try:
             write_signals(Path(signals_out), computed)
         except OSError as exc:
             output.errors.append(f"{signals_out}: cannot write signals: {exc.strerror or exc}")
     return output
+
+
+def _diagnosis(logs: list[DarshanLog], job: JobContext, output: SourceOutput) -> None:
+    """The job's ``job_diagnosis`` points into ``output``; a failure costs only them."""
+    try:
+        output.points.extend(diagnosis_points(logs, job))
+    except Exception as exc:  # a bug or an input no check foresaw: keep the log points
+        output.errors.append(unexpected_error(f"job {job.job_id}", "diagnosing its logs", exc))
 
 
 def _log_points(

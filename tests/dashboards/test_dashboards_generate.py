@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hpcmon.common.config import ConfigError
 from hpcmon.dashboards import config as dashboards_config
 from hpcmon.dashboards import generate, lint, rules
-from hpcmon.dashboards.uids import JOB_UID, OVERVIEW_UID
+from hpcmon.dashboards.uids import JOB_UID, JOBS_UID, OVERVIEW_UID
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = Path(__file__).parents[1] / "data" / "grafana-schema"
@@ -66,6 +66,7 @@ def test_generate_writes_every_file_the_same_twice(tmp_path: Path) -> None:
     assert outputs[0] == outputs[1]
     assert sorted(outputs[0]) == [
         f"dashboards/{JOB_UID}.json",
+        f"dashboards/{JOBS_UID}.json",
         "dashboards/hpcmon-longterm.json",
         f"dashboards/{OVERVIEW_UID}.json",
         "provisioning/dashboards/hpcmon.yaml",
@@ -139,7 +140,7 @@ def test_any_config_loads_or_says_why(tmp_path_factory, data) -> None:
         assert str(exc).startswith(str(path))
         return
     generated = generate.files(config)
-    assert len(generated) == 8
+    assert len(generated) == 9
 
 
 def _validators() -> tuple[jsonschema.Draft7Validator, dict]:

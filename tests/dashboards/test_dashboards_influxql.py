@@ -26,8 +26,8 @@ def written(influxdb1, tmp_path_factory):
     influxdb1.create_database(DATABASE)
     spool = tmp_path_factory.mktemp("spool")
     command = [
-        sys.executable, "-m", "hpcmon.post_job", "--job-id", JOB, "--cluster", "demo", *INPUTS,
-        "--influx.v1-url", influxdb1.url, "--influx.database", DATABASE,
+        sys.executable, "-m", "hpcmon.post_job", "--job-id", JOB, "--cluster", "demo",
+        "--user", "alice", *INPUTS, "--influx.v1-url", influxdb1.url, "--influx.database", DATABASE,
         "--spool-dir", str(spool),
     ]  # fmt: skip
     run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -48,14 +48,52 @@ def _time_filter(influx) -> str:
     return f"time >= {first}ns AND time <= {last}ns"
 
 
+def _week_of_the_job(influx) -> str:
+    """A week ending when the job started: what the finished-jobs list shows on that day."""
+    ((start, _),) = influx.series(
+        f'SELECT "score" FROM "job_diagnosis" WHERE "jobid" = \'{JOB}\' AND "insight" = \'job\'',
+        db=DATABASE,
+    )[0]["values"]
+    return f"time >= {start}ns - 7d AND time <= {start}ns"
+
+
 @pytest.mark.parametrize("cluster", ["", "demo"])
 def test_every_job_dashboard_influxql_returns_series(written, cluster) -> None:
     influx = written
     config = dashboards_config.replace(dashboards_config.Config(), cluster=cluster)
     board = generate.dashboards(config)["hpcmon-job"]
     values = {"jobid": JOB, "timeFilter": _time_filter(influx), "__interval": "1m"}
+    _all_return_series(influx, board, values, at_least=15)
+
+
+@pytest.mark.parametrize("cluster", ["", "demo"])
+def test_every_finished_jobs_dashboard_influxql_returns_series(written, cluster) -> None:
+    """The job list: its score, top insights and link column (jobid) for the hook's job."""
+    influx = written
+    config = dashboards_config.replace(dashboards_config.Config(), cluster=cluster)
+    board = generate.dashboards(config)["hpcmon-jobs"]
+    values = {"timeFilter": _week_of_the_job(influx), "__interval": "1h"}
+    _all_return_series(influx, board, values, at_least=4)
+    (table,) = [p for p in board["panels"] if p["type"] == "table"]
+    text = lint.substitute_variables(table["targets"][0]["query"], values)
+    ((series),) = influx.series(text, db=DATABASE)
+    ((row),) = series["values"]
+    job = dict(zip(series["columns"], row, strict=True))
+    assert job["jobid"] == JOB and job["score"] > 0 and job["user"] == "alice"
+    assert job["top_insights"] and job["level"] == "high"
+    later = f"time > {row[0]}ns AND time <= now()"
+    assert (
+        influx.series(
+            lint.substitute_variables(table["targets"][0]["query"], {"timeFilter": later}),
+            db=DATABASE,
+        )
+        == []
+    )
+
+
+def _all_return_series(influx, board: dict, values: dict, at_least: int) -> None:
     queries = list(lint.influxql_queries(board))
-    assert len(queries) >= 15
+    assert len(queries) >= at_least
     problems = []
     for where, query in queries:
         text = lint.substitute_variables(query, values)

@@ -1,0 +1,84 @@
+"""The job's diagnosis as points (measurement ``job_diagnosis``), so operations staff can list
+finished jobs by I/O score without running the report and after the logs are gone.
+
+One code path with hpcmon-report: the logs the hook read become the report's typed records
+(``report.darshan_log``) and the report's own rules (``report.insights``) judge them, so the
+points say what ``hpcmon-report --darshan LOG`` says. Neither imports matplotlib: this runs in a
+post-job-only install.
+
+Series per job: one with ``insight=job`` (the score) plus one per high/warn insight (at most
+one per Darshan rule); no per-file or per-rank tag. Every number is a float (InfluxDB keeps
+one type per field name, and the rules' evidence mixes ints and floats).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hpcmon.common.timeutil import seconds_to_ns
+from hpcmon.post_job.darshan.model import EARLIEST_START, DarshanLog
+from hpcmon.post_job.model import JobContext
+from hpcmon.post_job.points import FieldValue, Point
+from hpcmon.report.darshan_log import darshan_from_log_objects
+from hpcmon.report.insights import HIGH, WARN, Insight, diagnose
+from hpcmon.report.model import JobData
+from hpcmon.report.score import insight_score, job_score
+
+MEASUREMENT = "job_diagnosis"
+JOB_TAG = "job"  # the ``insight`` tag of the per-job point; never a rule id
+TOP_INSIGHTS = 3  # insights named in the job point's ``top_insights``
+_RESERVED = {"level", "score", "title", "drishti"}  # evidence never overrides these fields
+
+
+def diagnosis_points(logs: Sequence[DarshanLog], job: JobContext) -> list[Point]:
+    """The job point and one point per high/warn insight; [] without any log."""
+    data = darshan_from_log_objects(list(logs))
+    if data is None:
+        return []
+    insights, _ = diagnose(JobData(job.job_id, job.cluster or "", darshan=data))
+    scored = [i for i in insights if i.level in (HIGH, WARN)]
+    # most severe first: by score, then the rules' own order (diagnose's order is stable)
+    ranked = sorted(scored, key=lambda i: -insight_score(i))
+    time_ns = seconds_to_ns(_start(logs))
+    tags = job.base_tags()
+    fields: dict[str, FieldValue] = {
+        "score": job_score(scored),
+        "level": ranked[0].level if ranked else "none",
+        "high": float(sum(i.level == HIGH for i in scored)),
+        "warn": float(sum(i.level == WARN for i in scored)),
+        "top_insights": ", ".join(i.id for i in ranked[:TOP_INSIGHTS]),
+        "exe": data.exe,
+        "nprocs": float(data.nprocs),
+        "runtime": float(data.runtime),
+        "bytes_read": float(data.total("bytes_read")),
+        "bytes_written": float(data.total("bytes_written")),
+        "logs": float(data.logs),
+    }
+    if job.user:
+        fields["user"] = job.user
+    points = [Point(MEASUREMENT, {**tags, "insight": JOB_TAG}, fields, time_ns)]
+    for insight in ranked:
+        points.append(
+            Point(MEASUREMENT, {**tags, "insight": insight.id}, _fields(insight), time_ns)
+        )
+    return points
+
+
+def _start(logs: Sequence[DarshanLog]) -> int:
+    """The job's first start: a damaged log's start of 0 (or before Darshan existed) must not
+    move the job's diagnosis to 1970 when its other logs know better."""
+    starts = [int(log.job.start_time) for log in logs]
+    plausible = [start for start in starts if start >= EARLIEST_START]
+    return min(plausible or starts)
+
+
+def _fields(insight: Insight) -> dict[str, FieldValue]:
+    fields: dict[str, FieldValue] = {
+        name: float(value)
+        for name, value in insight.evidence.items()
+        if isinstance(value, int | float) and name not in _RESERVED
+    }
+    fields.update(level=insight.level, score=insight_score(insight), title=insight.title)
+    if insight.drishti:
+        fields["drishti"] = insight.drishti
+    return fields
