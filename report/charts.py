@@ -100,3 +100,35 @@ def power(job: JobData) -> str | None:
     axes.set_xlabel("seconds since window start")
     axes.set_ylabel("W (job's nodes)")
     return _svg(figure)
+
+
+def history(rows: list[dict], titles: dict[str, str]) -> str | None:
+    """Each figure of the runs (oldest first, this run last) divided by the earlier runs'
+    median, on a log scale with the 0.5x and 2x lines of the regression rule."""
+    if len(rows) < 2:
+        return None
+    figure, axes = _figure()
+    x = np.arange(len(rows))
+    drawn = False
+    for name, title in titles.items():
+        values = np.array([np.nan if r[name] is None else r[name] for r in rows], dtype=float)
+        earlier = values[:-1][np.isfinite(values[:-1])]
+        median = float(np.median(earlier)) if len(earlier) else 0.0
+        if median <= 0:
+            continue
+        relative = values / median
+        relative[relative <= 0] = np.nan
+        if np.isfinite(relative).any():
+            axes.plot(x, relative, marker="o", label=title)
+            drawn = True
+    if not drawn:
+        plt.close(figure)
+        return None
+    for level in (0.5, 2.0):
+        axes.axhline(level, color="grey", linestyle="--", linewidth=0.8)
+    axes.set_yscale("log")
+    axes.set_xticks(x, [r["job_id"] for r in rows], rotation=30, fontsize=7)
+    axes.set_xlabel("run (oldest first; this run last)")
+    axes.set_ylabel("x earlier runs' median")
+    axes.legend(loc="upper left", fontsize=7, ncol=4)
+    return _svg(figure)

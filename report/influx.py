@@ -121,6 +121,11 @@ def _token(settings: InfluxSettings) -> str | None:
 def read_job_rows(settings: InfluxSettings, job_id: str, cluster: str | None = None) -> Rows:
     """Every post-job point of the job, by measurement (empty lists when none)."""
     query = job_queries(job_id, cluster, settings.retention_policy if settings.v1_url else None)
+    return query_rows(settings, query)
+
+
+def query_rows(settings: InfluxSettings, query: str) -> Rows:
+    """The rows of one InfluxQL request (statements separated by ';'), by measurement."""
     request = _request(settings, query)
     try:
         body = read_json(request, settings.timeout, settings.describe())
