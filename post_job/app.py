@@ -86,7 +86,7 @@ def run_point(points: Sequence[Point], tags: dict[str, str]) -> Point | None:
     stamped = jobs or energy
     if not stamped:
         return None
-    fields: dict[str, int | float | str] = {}
+    fields: dict[str, int | float | str] = {"job_id": tags["jobid"]}  # last() of a tag: none
     if jobs:
         fields["logs"] = len(jobs)
         runtimes = [_number(p.fields, "runtime") for p in jobs]
