@@ -124,7 +124,7 @@ def main() -> int:
         results[f"history_query_{scope}_s"] = query[scope]
         print(
             f"  report with history ({scope:>4} scope) {seconds[scope]:.3f} s, without"
-            f" {seconds['without']:.3f} s: +{added:.3f} s (target <= +{TARGET_S} s);"
+            f" {seconds['without']:.3f} s: {added:+.3f} s (target <= +{TARGET_S} s);"
             f" the history reads alone {query[scope] * 1000:.1f} ms"
         )
     results["target_met"] = all(results[f"added_{s}_s"] <= TARGET_S for s in ("user", "all"))
