@@ -10,6 +10,7 @@ with at least ``MIN_EARLIER_RUNS`` earlier values; a median of 0 flags any non-z
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 
@@ -59,10 +60,15 @@ class AppHistory:
 
 
 def _number(row: dict, name: str) -> float | None:
+    """A finite number, or None: a damaged point may hold text, a bool or 1e400."""
     value = row.get(name)
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) and abs(number) < 1e300 else None
 
 
 def run_from_row(row: dict) -> AppRun:
@@ -78,9 +84,9 @@ def run_from_row(row: dict) -> AppRun:
         "energy_kwh": None if energy is None else energy / JOULES_PER_KWH,
     }
     start = _number(row, "start_time")
-    return AppRun(
-        str(row.get("jobid", "")), start if start is not None else row["time"] / 1e9, figures
-    )
+    if start is None:
+        start = (_number(row, "time") or 0.0) / 1e9
+    return AppRun(str(row.get("jobid", "")), start, figures)
 
 
 def _where(**tags: str | None) -> str:
@@ -153,6 +159,7 @@ def regressions(history: AppHistory) -> list[dict]:
         ratio = None
         if current is not None and median is not None:
             ratio = current / median if median > 0 else (1.0 if current == 0 else None)
+            ratio = ratio if ratio is not None and math.isfinite(ratio) else None
         flagged = (
             len(earlier) >= MIN_EARLIER_RUNS
             and current is not None

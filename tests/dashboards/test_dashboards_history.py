@@ -7,7 +7,7 @@ import pytest
 
 from hpcmon.dashboards import config as dashboards_config
 from hpcmon.dashboards import generate, lint
-from tests.report.test_report_history import DATABASE, RUNS, hook
+from tests.report.test_report_history import DATABASE, RUNS, write_runs
 
 pytestmark = pytest.mark.integration
 ALICE = [job for job, (user, _, _) in RUNS.items() if user == "alice"]
@@ -16,11 +16,7 @@ NS = 1_000_000_000
 
 @pytest.fixture(scope="module")
 def written(influxdb1, tmp_path_factory):
-    influxdb1.create_database(DATABASE)
-    spool = tmp_path_factory.mktemp("spool")
-    for job, (user, log, extra) in RUNS.items():
-        hook(influxdb1.url, job, user, log, extra, spool)
-    return influxdb1
+    return write_runs(influxdb1, tmp_path_factory.mktemp("spool"))
 
 
 def _queries(board_uid: str, marker: str) -> list[tuple[str, str]]:

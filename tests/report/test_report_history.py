@@ -49,13 +49,17 @@ def hook(url: str, job: str, user: str, log: Path, extra: list[str], spool: Path
     assert run.returncode == 0, run.stderr
 
 
+def write_runs(influx, spool: Path):
+    """Every run of RUNS into DATABASE through the real hook (shared with the dashboards)."""
+    influx.create_database(DATABASE)
+    for job, (user, log, extra) in RUNS.items():
+        hook(influx.url, job, user, log, extra, spool)
+    return influx
+
+
 @pytest.fixture(scope="module")
 def written(influxdb1, tmp_path_factory):
-    influxdb1.create_database(DATABASE)
-    spool = tmp_path_factory.mktemp("spool")
-    for job, (user, log, extra) in RUNS.items():
-        hook(influxdb1.url, job, user, log, extra, spool)
-    return influxdb1
+    return write_runs(influxdb1, tmp_path_factory.mktemp("spool"))
 
 
 def report(influx, job: str, tmp_path: Path, *flags: str, fmt: str = "json") -> dict | str:
