@@ -187,3 +187,18 @@ def test_a_job_without_app_run_point_says_why(written, tmp_path) -> None:
     document = report(written, "old", tmp_path)
     assert document["history"] is None
     assert any(m.startswith("history: no app_run point") for m in document["missing"])
+
+
+def test_io_score_from_job_diagnosis_where_known(written, tmp_path) -> None:
+    """job_diagnosis (a per-job point with field score) gives the I/O score; null elsewhere."""
+    lines = b"job_diagnosis,jobid=2304 score=0.25 1589571946000000000\n"
+    lines += b"job_diagnosis,jobid=2307 score=0.75 1762569885000000000\n"
+    request = urllib.request.Request(f"{written.url}/write?db={DATABASE}", data=lines)
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.status == 204
+    history = report(written, "2307", tmp_path)["history"]
+    scores = {r["job_id"]: r["io_score"] for r in history["runs"]}
+    assert scores == {"2301": None, "2303": None, "2304": 0.25, "2305": None, "2306": None}
+    assert history["current"]["io_score"] == 0.75
+    [score] = [i for i in history["regressions"] if i["figure"] == "io_score"]
+    assert (score["earlier_runs"], score["median"], score["flagged"]) == (1, 0.25, False)

@@ -8,6 +8,7 @@ import statistics
 from pathlib import Path
 
 import jsonschema
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -60,3 +61,14 @@ def test_flag_rule(current: float, before: list[float]) -> None:
         assert item["flagged"] == (ratio >= 2 or ratio <= 0.5)
     else:
         assert item["flagged"] == (current > 0)
+
+
+def test_history_flags_are_checked(capsys) -> None:
+    from hpcmon.report import cli
+
+    assert cli.main(["--job-id", "1", "--history.runs", "-1"]) == 2
+    assert "--history.runs must be 0 to 1000" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["--job-id", "1", "--history.scope", "team"])
+    assert stopped.value.code == 2
+    assert "invalid choice: 'team'" in capsys.readouterr().err
