@@ -150,8 +150,8 @@ def _parse_results(body: dict, settings: InfluxSettings) -> Rows:
             name = str(series.get("name", ""))
             columns = series.get("columns", [])
             target = rows.setdefault(name, [])
+            tags = series.get("tags") or {}  # GROUP BY tags
             for values in series.get("values", []):
-                target.append(
-                    {c: v for c, v in zip(columns, values, strict=False) if v is not None}
-                )
+                row = {c: v for c, v in zip(columns, values, strict=False) if v is not None}
+                target.append({**tags, **row})
     return rows
