@@ -24,7 +24,8 @@ from hpcmon.report.influx import (
 )
 
 APP_RUN = "app_run"  # written by hpcmon.post_job.app
-DIAGNOSIS = "job_diagnosis"
+DIAGNOSIS = "job_diagnosis"  # written by the hook's Darshan source: score per job and insight
+DIAGNOSIS_JOB = "job"  # its ``insight`` tag on the per-job point
 SCOPES = ("user", "all")
 DEFAULT_RUNS = 10
 MAX_RUNS = 1000
@@ -138,7 +139,8 @@ def read_history(
 def _add_scores(settings: InfluxSettings, cluster: str | None, runs: list[AppRun]) -> None:
     """The I/O score of each run from job_diagnosis (left null where there is none)."""
     jobs = " OR ".join(f"jobid = {quote_literal(r.job_id)}" for r in runs)
-    where = f"({jobs})" + (f" AND {_where(cluster=cluster)}" if cluster else "")
+    # the job's own point (insight=job); the others score one insight each
+    where = f"({jobs}) AND {_where(insight=DIAGNOSIS_JOB, cluster=cluster)}"
     rows: Rows = query_rows(
         settings,
         f"SELECT last(score) AS score FROM {_from(settings, DIAGNOSIS)} "

@@ -190,9 +190,11 @@ def test_a_job_without_app_run_point_says_why(written, tmp_path) -> None:
 
 
 def test_io_score_from_job_diagnosis_where_known(written, tmp_path) -> None:
-    """job_diagnosis (a per-job point with field score) gives the I/O score; null elsewhere."""
-    lines = b"job_diagnosis,jobid=2304 score=0.25 1589571946000000000\n"
-    lines += b"job_diagnosis,jobid=2307 score=0.75 1762569885000000000\n"
+    """job_diagnosis's per-job point (insight=job; the others score one insight each) gives the
+    I/O score; null where the job has none."""
+    lines = b"job_diagnosis,insight=job,jobid=2304 score=0.25 1589571946000000000\n"
+    lines += b"job_diagnosis,insight=small_writes,jobid=2304 score=0.9 1589571946000000000\n"
+    lines += b"job_diagnosis,insight=job,jobid=2307 score=0.75 1762569885000000000\n"
     request = urllib.request.Request(f"{written.url}/write?db={DATABASE}", data=lines)
     with urllib.request.urlopen(request, timeout=10) as answer:
         assert answer.status == 204
