@@ -15,6 +15,7 @@ from . import grafana as g
 from . import promql
 from .config import Config
 from .grafana import INFLUXDB, PROMETHEUS, PanelSpec, Query
+from .history import add_application_row, application_variables
 from .uids import JOB_UID, OVERVIEW_UID
 from .variables import cluster_matcher, job_variables
 
@@ -236,6 +237,8 @@ def build(config: Config) -> core.Dashboard:
         width=8,
     )
 
+    add_application_row(layout, config)
+
     jobid = ", ".join(x for x in (cluster_matcher(config), 'jobid="$jobid"') if x)
     rates = promql.Rates(config)
     layout.row("Live: Lustre and power over the job's window (Prometheus)")
@@ -314,7 +317,7 @@ def build(config: Config) -> core.Dashboard:
         timezone="browser",
         schemaVersion=g.SCHEMA_VERSION,
         time=core.Time("now-24h", "now"),
-        templating=core.Templating(list=job_variables(config)),
+        templating=core.Templating(list=job_variables(config) + application_variables(config)),
         panels=layout.panels,
         links=[g.dashboard_link("Operations overview", OVERVIEW_UID, "var-jobid=${jobid}")],
     )

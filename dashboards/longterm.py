@@ -7,7 +7,8 @@ from grafanalib import core
 
 from . import grafana as g
 from .config import Config, duration_seconds
-from .grafana import PROMETHEUS, PanelSpec, Query
+from .grafana import INFLUXDB, PROMETHEUS, PanelSpec, Query
+from .history import regressed_applications
 from .overview import job_link
 from .promql import selector
 from .uids import JOB_UID, LONGTERM_UID, OVERVIEW_UID
@@ -124,7 +125,13 @@ def build(config: Config) -> core.Dashboard:
         width=24,
     )
 
-    variables = [datasource_variable(PROMETHEUS, "Prometheus", config.prometheus_datasource_uid)]
+    layout.row("Applications (InfluxDB: the post-job hook's app_run points)")
+    layout.add(regressed_applications(config), width=24)
+
+    variables = [
+        datasource_variable(PROMETHEUS, "Prometheus", config.prometheus_datasource_uid),
+        datasource_variable(INFLUXDB, "InfluxDB", config.influxdb_datasource_uid),
+    ]
     if config.cluster_label:
         variables.append(
             prometheus_query_variable(

@@ -18,6 +18,7 @@ from typing import NoReturn
 
 from hpcmon.common.influx_flags import add_influx_arguments, influx_flags_problem
 from hpcmon.common.jobid import job_id_problem, user_name_problem
+from hpcmon.post_job.app import app_name_problem
 from hpcmon.post_job.delivery import WriterSettings, flush
 from hpcmon.post_job.hook import RunReport, run_job
 from hpcmon.post_job.lifetime import (
@@ -97,6 +98,11 @@ def build_parser() -> _Parser:
     parser.add_argument("--job-id", dest="job_id", metavar="ID")
     parser.add_argument("--cluster", metavar="NAME")
     parser.add_argument("--user", metavar="NAME", help="job owner (optional)")
+    parser.add_argument(
+        "--app",
+        metavar="NAME",
+        help="application name (tag app); default: the Darshan executable's base name",
+    )
     darshan = parser.add_argument_group("Darshan")
     darshan.add_argument("--darshan", nargs="+", action="extend", default=[], metavar="LOG")
     darshan.add_argument(
@@ -303,6 +309,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _usage_error(f"--job-id: {problem}")
     if options.user and user_name_problem(options.user):
         return _usage_error(f"--user: {user_name_problem(options.user)}")
+    if options.app is not None and app_name_problem(options.app):
+        return _usage_error(f"--app: {app_name_problem(options.app)}")
     try:
         settings = writer_settings(options)
     except UsageError as exc:
@@ -313,7 +321,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "no input given%s",
             "; only the spool is replayed" if settings.spool_dir else "; nothing to write",
         )
-    job = JobContext(options.job_id.strip(), options.cluster or None, options.user or None)
+    job = JobContext(
+        options.job_id.strip(), options.cluster or None, options.user or None, options.app
+    )
     with stop_on_sigterm(EXIT_PROBLEMS), Watchdog(options.time_limit, exit_code=EXIT_PROBLEMS):
         try:
             report = run_job(job, requests, settings, sending_deadline(options.time_limit))

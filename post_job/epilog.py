@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from hpcmon.common.config import ConfigError
+from hpcmon.post_job.app import epilog_app
 from hpcmon.post_job.delivery import WriterSettings
 from hpcmon.post_job.epilog_config import (
     SOURCE_INPUTS,
@@ -136,7 +137,7 @@ def _run(config: EpilogConfig, env: Mapping[str, str], now: float | None, failur
         log.error("%s", exc)
         return failure
     requests = source_requests(config, job, now)
-    context = JobContext(job.job_id, config.cluster, job.user)
+    context = JobContext(job.job_id, config.cluster, job.user, epilog_app(config.app, job))
     report = run_job(context, requests, settings, deadline)
     log.info("job=%s done: points=%d problems=%d", job.job_id, report.points, len(report.problems))
     if config.report is not None:

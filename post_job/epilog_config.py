@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcmon.common.config import ConfigError, load_yaml_mapping
+from hpcmon.post_job.app import check_app_template
 from hpcmon.post_job.options import option, source_options
 from hpcmon.post_job.patterns import check_pattern
 from hpcmon.post_job.writers import url_problem
@@ -36,6 +37,7 @@ _SOURCE_PATHS: dict[str, dict[str, str]] = {
     "geopm_report": {},
 }
 _TOP_KEYS = {
+    "app",
     "cluster",
     "time_limit_seconds",
     "search_days",
@@ -70,6 +72,7 @@ class EpilogConfig:
     writers: dict[str, Any] = field(default_factory=dict)
     sources: list[SourceConfig] = field(default_factory=list)
     report: ReportConfig | None = None
+    app: str | None = None  # the app tag; "{job_name}" is SLURM_JOB_NAME (post_job/app.py)
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,10 @@ def parse_config(data: Mapping[str, Any], path: Path | str = "config") -> Epilog
     config = EpilogConfig()
     if data.get("cluster") is not None:
         config.cluster = _text(data["cluster"], _where(path, "cluster"))
+    if data.get("app") is not None:
+        config.app = check_app_template(
+            _text(data["app"], _where(path, "app")), _where(path, "app")
+        )
     for key in ("time_limit_seconds", "search_days"):
         if key in data:
             value = option("", key).from_config(data[key], _where(path, key))

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from hpcmon.post_job.app import identify
 from hpcmon.post_job.delivery import DestinationReport, WriterSettings, ship
 from hpcmon.post_job.lifetime import GUARD
 from hpcmon.post_job.lines import points_to_lines
@@ -43,6 +44,7 @@ def run_job(
 ) -> RunReport:
     GUARD.note = "nothing of this run is spooled yet"
     output = collect(requests, job)
+    output.points = identify(output.points, job)
     lines, encode_problems = points_to_lines(output.points)
     report = RunReport(
         points=len(output.points), lines=len(lines), source_errors=output.errors + encode_problems

@@ -17,6 +17,7 @@ class JobContext:
     job_id: str
     cluster: str | None = None
     user: str | None = None
+    app: str | None = None  # --app / the epilog's app:; else the Darshan executable (app.py)
 
     def base_tags(self) -> dict[str, str]:
         """Tags every point of this job carries (``jobid``, and ``cluster`` when configured)."""

@@ -17,6 +17,7 @@ class SlurmJob:
     uid: str | None
     start: float | None
     end: float | None
+    job_name: str | None = None  # SLURM_JOB_NAME (user's text: the epilog's app: may use it)
 
 
 def _epoch(value: str | None) -> float | None:
@@ -59,4 +60,5 @@ def slurm_job(environ: Mapping[str, str]) -> SlurmJob | None:
         uid,
         _epoch(environ.get("SLURM_JOB_START_TIME")),
         _epoch(environ.get("SLURM_JOB_END_TIME")),
+        environ.get("SLURM_JOB_NAME") or None,
     )

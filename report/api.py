@@ -18,6 +18,7 @@ import numpy as np
 
 from hpcmon.dashboards.uids import JOB_UID  # the job dashboard's stable uid (plain constants)
 from hpcmon.report.darshan_log import darshan_from_logs
+from hpcmon.report.history import DEFAULT_RUNS, history_json, read_history
 from hpcmon.report.influx import InfluxReadError, InfluxSettings, read_job_rows
 from hpcmon.report.insights import RULES, diagnose
 from hpcmon.report.model import JobData
@@ -49,6 +50,8 @@ class Sources:
     grafana_url: str | None = None
     grafana_dashboard: str = JOB_UID
     timeout: float = 30.0
+    history_runs: int = DEFAULT_RUNS  # 0: no history section
+    history_scope: str = "user"  # or "all": every user's runs of the app
 
 
 def collect(job_id: str, cluster: str | None, sources: Sources) -> JobData:
@@ -73,6 +76,8 @@ def collect(job_id: str, cluster: str | None, sources: Sources) -> JobData:
             job.missing.append("Recorder/VizTracer: no function points")
         if job.geopm is None:
             job.missing.append("GEOPM: no report points")
+        if sources.history_runs > 0 and sources.influx is not None:
+            _collect_history(job, cluster, sources.influx, sources)
     if sources.darshan_logs:
         from_logs, problems = darshan_from_logs(list(sources.darshan_logs))
         job.missing.extend(f"Darshan log: {p}" for p in problems)
@@ -126,6 +131,20 @@ def searched(job: JobData, sources: Sources) -> str:
     if not places:
         return "no source (give --influx.v1-url, --influx.url, --prometheus.url or --darshan)"
     return " and ".join(places)
+
+
+def _collect_history(
+    job: JobData, cluster: str | None, influx: InfluxSettings, sources: Sources
+) -> None:
+    try:
+        job.history, why = read_history(
+            influx, job.job_id, cluster, sources.history_runs, sources.history_scope
+        )
+    except InfluxReadError as exc:
+        job.missing.append(f"history: {exc}")
+        return
+    if why:
+        job.missing.append(f"history: {why}")
 
 
 def _window(job: JobData) -> tuple[float, float] | None:
@@ -330,6 +349,7 @@ def build(job: JobData, sources: Sources | None = None) -> dict:
         "not_evaluated": [asdict(s) for s in skipped],
         "rules": len(RULES),
         "grafana_url": grafana_link(job, sources),
+        "history": history_json(job.history),
     }
 
 

@@ -25,6 +25,7 @@ from hpcmon.report.api import (
     searched,
     write_atomically,
 )
+from hpcmon.report.history import DEFAULT_RUNS, MAX_RUNS, SCOPES
 from hpcmon.report.influx import InfluxSettings
 from hpcmon.report.prometheus import DEFAULT_JOB_MATCHER
 
@@ -100,6 +101,22 @@ def parser() -> argparse.ArgumentParser:
         help="the job dashboard (default: %(default)s, hpcmon-dashboards' own)",
     )
     g.add_argument("--timeout", type=float, default=30.0, help="seconds per server request")
+    g = p.add_argument_group("history (earlier runs of the job's application, from InfluxDB)")
+    g.add_argument(
+        "--history.runs",
+        dest="history_runs",
+        type=int,
+        default=DEFAULT_RUNS,
+        metavar="N",
+        help="earlier runs to compare with (default: %(default)s; 0: no history)",
+    )
+    g.add_argument(
+        "--history.scope",
+        dest="history_scope",
+        choices=SCOPES,
+        default="user",
+        help="user: the job's user's runs (default); all: every user's runs of the app",
+    )
     return p
 
 
@@ -115,6 +132,8 @@ def settings(options: argparse.Namespace) -> Sources:
         raise UsageError("--end must be after --start")
     if options.timeout <= 0:
         raise UsageError("--timeout must be positive")
+    if not 0 <= options.history_runs <= MAX_RUNS:
+        raise UsageError(f"--history.runs must be 0 to {MAX_RUNS}")
     influx = InfluxSettings(
         v1_url=options.influx_v1_url,
         database=options.influx_database,
@@ -134,6 +153,8 @@ def settings(options: argparse.Namespace) -> Sources:
         grafana_url=options.grafana_url,
         grafana_dashboard=options.grafana_dashboard,
         timeout=options.timeout,
+        history_runs=options.history_runs,
+        history_scope=options.history_scope,
     )
 
 

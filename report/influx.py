@@ -121,6 +121,11 @@ def _token(settings: InfluxSettings) -> str | None:
 def read_job_rows(settings: InfluxSettings, job_id: str, cluster: str | None = None) -> Rows:
     """Every post-job point of the job, by measurement (empty lists when none)."""
     query = job_queries(job_id, cluster, settings.retention_policy if settings.v1_url else None)
+    return query_rows(settings, query)
+
+
+def query_rows(settings: InfluxSettings, query: str) -> Rows:
+    """The rows of one InfluxQL request (statements separated by ';'), by measurement."""
     request = _request(settings, query)
     try:
         body = read_json(request, settings.timeout, settings.describe())
@@ -145,8 +150,8 @@ def _parse_results(body: dict, settings: InfluxSettings) -> Rows:
             name = str(series.get("name", ""))
             columns = series.get("columns", [])
             target = rows.setdefault(name, [])
+            tags = series.get("tags") or {}  # GROUP BY tags
             for values in series.get("values", []):
-                target.append(
-                    {c: v for c, v in zip(columns, values, strict=False) if v is not None}
-                )
+                row = {c: v for c, v in zip(columns, values, strict=False) if v is not None}
+                target.append({**tags, **row})
     return rows

@@ -8,8 +8,12 @@ insights then say what they could not evaluate instead of passing silently.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from hpcmon.report.history import AppHistory
 
 # Columns of FileTable (all float64; NaN = unknown from this source).
 FILE_COLUMNS = (
@@ -204,3 +208,4 @@ class JobData:
     window: tuple[float, float] | None = None  # epoch seconds
     missing: list[str] = field(default_factory=list)  # what the report could not see, and why
     unreadable: list[str] = field(default_factory=list)  # sources that failed (not just empty)
+    history: AppHistory | None = None  # earlier runs of the same application (history.py)

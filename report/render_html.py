@@ -7,6 +7,7 @@ import html
 from hpcmon.report import charts
 from hpcmon.report.api import bytes_per_rank
 from hpcmon.report.model import JobData
+from hpcmon.report.render_history import history_html
 from hpcmon.report.units import SUMMARY_ROWS, human_bytes, number, percent
 
 _CSS = """
@@ -17,7 +18,7 @@ td.n{text-align:right}.missing{background:#fff6e0;padding:.5em 1em;border-left:4
 .insight{border-left:5px solid #888;padding:.3em .8em;margin:.6em 0;background:#fafafa}
 .high{border-color:#c62828}.warn{border-color:#ef8f00}.info{border-color:#1565c0}
 .level{font-weight:bold;text-transform:uppercase;font-size:.8em}
-svg{max-width:100%;height:auto}code{font-size:.9em}
+svg{max-width:100%;height:auto}tr.current{font-weight:bold}code{font-size:.9em}
 """
 
 
@@ -134,6 +135,7 @@ def render_html(job: JobData, report: dict) -> str:
             f"<li>{_e(n['id'])}: {_e(n['reason'])}</li>" for n in report["not_evaluated"]
         )
         parts.append(f"<details><summary>Rules not evaluated</summary><ul>{items}</ul></details>")
+    parts += history_html(report.get("history"))
     parts.append("<h2>Drill-down</h2>")
     if report["grafana_url"]:
         link = _e(report["grafana_url"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hpcmon.report.render_history import history_text
 from hpcmon.report.units import SUMMARY_ROWS, human_bytes, number, percent
 
 _MARK = {"high": "HIGH", "warn": "WARN", "info": "INFO"}
@@ -71,6 +72,7 @@ def render_text(report: dict) -> str:
             "  not evaluated: "
             + "; ".join(f"{n['id']} ({n['reason']})" for n in report["not_evaluated"])
         )
+    lines += history_text(report.get("history"))
     lines += ["", "== Drill-down =="]
     lines.append(f"  {report['grafana_url'] or '(no --grafana.url given)'}")
     return "\n".join(lines) + "\n"

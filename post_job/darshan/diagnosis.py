@@ -54,8 +54,6 @@ def diagnosis_points(logs: Sequence[DarshanLog], job: JobContext) -> list[Point]
         "bytes_written": float(data.total("bytes_written")),
         "logs": float(data.logs),
     }
-    if job.user:
-        fields["user"] = job.user
     points = [Point(MEASUREMENT, {**tags, "insight": JOB_TAG}, fields, time_ns)]
     for insight in ranked:
         points.append(

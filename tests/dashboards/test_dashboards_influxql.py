@@ -18,6 +18,7 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 JOB = "1728032"
 DATABASE = "hpcmon_dashboards"
+USER = "demo"
 INPUTS = POST_JOB_INPUTS  # the demo's finished job: two Darshan logs, Recorder, VizTracer, GEOPM
 
 
@@ -27,7 +28,8 @@ def written(influxdb1, tmp_path_factory):
     spool = tmp_path_factory.mktemp("spool")
     command = [
         sys.executable, "-m", "hpcmon.post_job", "--job-id", JOB, "--cluster", "demo",
-        "--user", "alice", *INPUTS, "--influx.v1-url", influxdb1.url, "--influx.database", DATABASE,
+        "--user", USER, *INPUTS,
+        "--influx.v1-url", influxdb1.url, "--influx.database", DATABASE,
         "--spool-dir", str(spool),
     ]  # fmt: skip
     run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -62,7 +64,11 @@ def test_every_job_dashboard_influxql_returns_series(written, cluster) -> None:
     influx = written
     config = dashboards_config.replace(dashboards_config.Config(), cluster=cluster)
     board = generate.dashboards(config)["hpcmon-job"]
-    values = {"jobid": JOB, "timeFilter": _time_filter(influx), "__interval": "1m"}
+    [[_, app]] = influx.series(
+        f'SHOW TAG VALUES FROM "app_run" WITH KEY = "app" WHERE "jobid" = \'{JOB}\'', db=DATABASE
+    )[0]["values"]
+    values = {"jobid": JOB, "app": app, "user": USER}
+    values.update(timeFilter=_time_filter(influx), __interval="1m")
     _all_return_series(influx, board, values, at_least=15)
 
 
@@ -79,7 +85,7 @@ def test_every_finished_jobs_dashboard_influxql_returns_series(written, cluster)
     ((series),) = influx.series(text, db=DATABASE)
     ((row),) = series["values"]
     job = dict(zip(series["columns"], row, strict=True))
-    assert job["jobid"] == JOB and job["score"] > 0 and job["user"] == "alice"
+    assert job["jobid"] == JOB and job["score"] > 0 and job["user"] == USER
     assert job["top_insights"] and job["level"] == "high"
     later = f"time > {row[0]}ns AND time <= now()"
     assert (
@@ -102,7 +108,8 @@ def _all_return_series(influx, board: dict, values: dict, at_least: int) -> None
             problems.append(f"{where}: no series: {text}")
             continue
         if where.startswith("variable"):
-            assert [JOB] in series[0]["values"] or any(JOB in row for row in series[0]["values"])
+            expected = values[where.split()[1]]  # the job's own id, app and user
+            assert any(expected in row for row in series[0]["values"]), where
             continue
         for column_index, column in enumerate(series[0]["columns"][1:], start=1):
             if all(row[column_index] is None for s in series for row in s["values"]):

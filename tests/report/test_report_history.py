@@ -1,0 +1,206 @@
+"""The report's history on a real InfluxDB 1.6.7: real Darshan logs of one application
+(mpi-io-test, 2016 to 2025, Darshan 3.0.0 to 3.5.0) written by the real hook as one user's
+runs, and one by another user; the history is checked against what the points say."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from hpcmon.report import cli
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+HISTORY = ROOT / "tests/data/darshan-history"
+LOGS = ROOT / "tests/data/darshan/logs"
+SCHEMA = json.loads((ROOT / "report" / "schema.json").read_text())
+DATABASE = "hpcmon_history"
+APP = "mpi-io-test"
+# job id -> (user, log, extra hook flags); log start times 2016-03 ... 2025-11, in this order
+RUNS = {
+    "2301": ("alice", HISTORY / "mpi-io-test-x86_64-3.0.0.darshan", []),
+    "2302": ("bob", LOGS / "mpi-io-test-ppc64-3.1.5.darshan", []),
+    "2303": ("alice", HISTORY / "mpi-io-test-x86_64-3.1.8.darshan", []),
+    "2304": ("alice", HISTORY / "mpi-io-test-x86_64-3.2.1.darshan", []),
+    "2305": (
+        "alice",
+        HISTORY / "treddy_mpi-io-test_id4373053_6-2-60198-9815401321915095332_1.darshan",
+        ["--app", APP],
+    ),
+    "2306": ("alice", LOGS / "mpi-io-test-x86_64-3.4.6.darshan", []),
+    "2307": ("alice", LOGS / "mpi-io-test-x86_64-3.5.0.darshan", []),
+}
+ALICE_BEFORE_LAST = ["2301", "2303", "2304", "2305", "2306"]
+
+
+def hook(url: str, job: str, user: str, log: Path, extra: list[str], spool: Path) -> None:
+    command = [
+        sys.executable, "-m", "hpcmon.post_job", "--job-id", job, "--user", user,
+        "--darshan", str(log), *extra, "--influx.v1-url", url, "--influx.database", DATABASE,
+        "--spool-dir", str(spool),
+    ]  # fmt: skip
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+
+
+def write_runs(influx, spool: Path):
+    """Every run of RUNS into DATABASE through the real hook (shared with the dashboards)."""
+    influx.create_database(DATABASE)
+    for job, (user, log, extra) in RUNS.items():
+        hook(influx.url, job, user, log, extra, spool)
+    return influx
+
+
+@pytest.fixture(scope="module")
+def written(influxdb1, tmp_path_factory):
+    return write_runs(influxdb1, tmp_path_factory.mktemp("spool"))
+
+
+def report(influx, job: str, tmp_path: Path, *flags: str, fmt: str = "json") -> dict | str:
+    out = tmp_path / f"{job}.{ {'text': 'txt'}.get(fmt, fmt) }"
+    status = cli.main(
+        [
+            "--job-id", job, "--influx.v1-url", influx.url, "--influx.database", DATABASE,
+            "--format", fmt, "--output", str(out), *flags,
+        ]
+    )  # fmt: skip
+    assert status == 0
+    if fmt != "json":
+        return out.read_text()
+    document = json.loads(out.read_text())
+    jsonschema.validate(document, SCHEMA)
+    return document
+
+
+def points_per_job(influx) -> dict[str, dict]:
+    """What the darshan_job points say, summed per job (independent of app_run)."""
+    series = influx.series(
+        'SELECT sum("total_bytes_written") AS w, sum("total_bytes_read") AS r, min("start_time") '
+        'AS s FROM "darshan_job" GROUP BY "jobid"',
+        db=DATABASE,
+    )
+    return {
+        s["tags"]["jobid"]: dict(zip(s["columns"], s["values"][0], strict=True)) for s in series
+    }
+
+
+def test_every_point_carries_the_app_and_user(written) -> None:
+    """Four spellings of the executable (/tmp/tmp//mpi-io-test, /projects/.../tmp//mpi-io-test,
+    a bare mpi-io-test, a CI build path) are one app; every measurement carries it."""
+    for measurement in ("darshan_job", "darshan_module", "darshan_record", "app_run"):
+        apps = written.series(f'SHOW TAG VALUES FROM "{measurement}" WITH KEY = "app"', db=DATABASE)
+        assert [v[1] for v in apps[0]["values"]] == [APP], measurement
+    users = written.series('SHOW TAG VALUES FROM "darshan_job" WITH KEY = "user"', db=DATABASE)
+    assert [v[1] for v in users[0]["values"]] == ["alice", "bob"]
+    untagged = written.series(
+        'SELECT count("nprocs") FROM "darshan_job" WHERE "app" = \'\'', db=DATABASE
+    )
+    assert not untagged
+
+
+def test_history_is_what_the_points_say(written, tmp_path) -> None:
+    document = report(written, "2307", tmp_path)
+    history = document["history"]
+    assert (history["app"], history["user"], history["scope"]) == (APP, "alice", "user")
+    assert [r["job_id"] for r in history["runs"]] == ALICE_BEFORE_LAST  # oldest first, no bob
+    truth = points_per_job(written)
+    for run in [*history["runs"], history["current"]]:
+        assert run["bytes_written"] == truth[run["job_id"]]["w"]
+        assert run["bytes_read"] == truth[run["job_id"]]["r"]
+        assert run["start"] == truth[run["job_id"]]["s"]
+    starts = [r["start"] for r in history["runs"]]
+    assert starts == sorted(starts) and starts[-1] < history["current"]["start"]
+    assert history["current"]["job_id"] == "2307"
+    assert all(r["io_score"] is None for r in history["runs"])  # no job_diagnosis points here
+    assert not any("history" in m for m in document["missing"])
+
+
+def test_scope_all_takes_the_other_users_run(written, tmp_path) -> None:
+    history = report(written, "2307", tmp_path, "--history.scope", "all")["history"]
+    assert [r["job_id"] for r in history["runs"]] == sorted([*ALICE_BEFORE_LAST, "2302"])
+    assert history["scope"] == "all"
+
+
+def test_runs_limit_keeps_the_newest(written, tmp_path) -> None:
+    history = report(written, "2307", tmp_path, "--history.runs", "2")["history"]
+    assert [r["job_id"] for r in history["runs"]] == ["2305", "2306"]
+    assert report(written, "2307", tmp_path, "--history.runs", "0")["history"] is None
+
+
+def test_a_run_32x_the_bytes_written_is_flagged(written, tmp_path) -> None:
+    """2305, hooked with --app, wrote 2 GiB where alice's three earlier runs wrote 64 MiB."""
+    history = report(written, "2305", tmp_path)["history"]
+    assert [r["job_id"] for r in history["runs"]] == ["2301", "2303", "2304"]
+    by_figure = {item["figure"]: item for item in history["regressions"]}
+    written_bytes = by_figure["bytes_written"]
+    truth = points_per_job(written)
+    median = sorted(truth[j]["w"] for j in ("2301", "2303", "2304"))[1]
+    assert written_bytes["median"] == median
+    assert written_bytes["ratio"] == pytest.approx(truth["2305"]["w"] / median)
+    assert written_bytes["ratio"] >= 2 and written_bytes["flagged"]
+    assert by_figure["bytes_read"]["flagged"]
+    assert not by_figure["energy_kwh"]["flagged"]  # no GEOPM report: unknown, never flagged
+    # the latest run wrote what the median wrote: not flagged
+    latest = {i["figure"]: i for i in report(written, "2307", tmp_path)["history"]["regressions"]}
+    assert not latest["bytes_written"]["flagged"]
+    assert latest["bytes_written"]["ratio"] == pytest.approx(1.0, rel=1e-3)
+
+
+def test_no_flag_with_fewer_than_two_earlier_runs(written, tmp_path) -> None:
+    history = report(written, "2303", tmp_path)["history"]
+    assert [r["job_id"] for r in history["runs"]] == ["2301"]
+    assert not any(item["flagged"] for item in history["regressions"])
+
+
+def test_first_run_has_an_empty_history_and_no_error(written, tmp_path) -> None:
+    document = report(written, "2301", tmp_path)
+    assert document["history"]["runs"] == []
+    assert document["history"]["current"]["job_id"] == "2301"
+    assert not any("history" in m for m in document["missing"])
+    assert "(no earlier run)" in report(written, "2301", tmp_path, fmt="text")
+
+
+def test_text_and_html_show_the_table_and_chart(written, tmp_path) -> None:
+    text = report(written, "2305", tmp_path, fmt="text")
+    assert "== History: mpi-io-test (user alice, 3 earlier runs) ==" in text
+    for job in ("2301", "2303", "2304", "2305"):
+        assert f"\n  {job} " in text
+    assert "CHANGED: written 32x the median of 3 earlier runs" in text
+    assert "over the runs: " in text
+    page = report(written, "2305", tmp_path, fmt="html")
+    assert "History: mpi-io-test (user alice, 3 earlier runs)" in page
+    assert page.count("<svg") >= 1 and "runs' median</h3><figure><svg" in page
+    assert '<tr class="current"><td>2305</td>' in page
+
+
+def test_a_job_without_app_run_point_says_why(written, tmp_path) -> None:
+    line = b"darshan_job,jobid=old nprocs=4i,total_bytes_written=1i 1500000000000000000"
+    request = urllib.request.Request(f"{written.url}/write?db={DATABASE}", data=line)
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.status == 204
+    document = report(written, "old", tmp_path)
+    assert document["history"] is None
+    assert any(m.startswith("history: no app_run point") for m in document["missing"])
+
+
+def test_io_score_from_job_diagnosis_where_known(written, tmp_path) -> None:
+    """job_diagnosis's per-job point (insight=job; the others score one insight each) gives the
+    I/O score; null where the job has none."""
+    lines = b"job_diagnosis,insight=job,jobid=2304 score=0.25 1589571946000000000\n"
+    lines += b"job_diagnosis,insight=small_writes,jobid=2304 score=0.9 1589571946000000000\n"
+    lines += b"job_diagnosis,insight=job,jobid=2307 score=0.75 1762569885000000000\n"
+    request = urllib.request.Request(f"{written.url}/write?db={DATABASE}", data=lines)
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.status == 204
+    history = report(written, "2307", tmp_path)["history"]
+    scores = {r["job_id"]: r["io_score"] for r in history["runs"]}
+    assert scores == {"2301": None, "2303": None, "2304": 0.25, "2305": None, "2306": None}
+    assert history["current"]["io_score"] == 0.75
+    [score] = [i for i in history["regressions"] if i["figure"] == "io_score"]
+    assert (score["earlier_runs"], score["median"], score["flagged"]) == (1, 0.25, False)
