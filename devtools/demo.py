@@ -211,6 +211,7 @@ def _post_job_demo(influx: InfluxDB1, workdir: Path) -> str:
     influx.create_database("hpcmon")
     command = [
         sys.executable,
+        "-P",  # the installed hpcmon, never a folder in the working directory
         "-m",
         "hpcmon.post_job",
         "--job-id",

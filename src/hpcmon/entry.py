@@ -18,9 +18,11 @@ _OWN_PACKAGES = {"hpcmon"}
 
 
 def run(command: str) -> int:
+    """Import the command and run it; a module missing at import time or later, during the
+    work (sources import their libraries only when used), is the same one line."""
     module_name, extra = COMMANDS[command]
     try:
-        module = importlib.import_module(module_name)
+        return importlib.import_module(module_name).main()
     except ModuleNotFoundError as exc:
         missing = (exc.name or "").split(".")[0]
         if not missing or missing in _OWN_PACKAGES:  # hpcmon itself is broken, not an extra
@@ -32,7 +34,6 @@ def run(command: str) -> int:
             file=sys.stderr,
         )
         return 2
-    return module.main()
 
 
 def exporter() -> int:
