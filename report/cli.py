@@ -15,6 +15,7 @@ from pathlib import Path
 
 from hpcmon.common.influx_flags import add_influx_arguments, influx_flags_problem
 from hpcmon.dashboards.uids import JOB_UID
+from hpcmon.entry import missing_package
 from hpcmon.report.api import Sources, build, collect, render, write_atomically
 from hpcmon.report.influx import InfluxSettings
 from hpcmon.report.prometheus import DEFAULT_JOB_MATCHER
@@ -144,6 +145,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         job = collect(options.job_id, options.cluster, sources)
         text = render(job, build(job, sources), fmt or "text")
     except Exception as exc:  # a bug or input nothing foresaw: one line, not a traceback
+        if missing_package(exc):
+            raise  # the extra is not installed: hpcmon.entry names it
         print(
             f"hpcmon-report: job {options.job_id}: cannot build the report: "
             f"{type(exc).__name__}: {exc}",
