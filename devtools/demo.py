@@ -303,6 +303,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--jobstats.source=file",
         f"--jobstats.path={jobstats_file}",
         "--jobstats.interval=2",
+        "--collector.postjob",  # the spool of the post-job demo below (empty once delivered)
+        f"--postjob.spool-dir={args.workdir / 'spool'}",
     ]
     try:
         with (

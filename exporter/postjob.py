@@ -144,7 +144,7 @@ def _text_lines(path: Path) -> int:
 @register
 class PostJobCollector(FamilyCollector):
     name = "postjob"
-    description = "the node's post-job spool: lines waiting, their age, lines refused"
+    description = "Post-job spool of the node: lines waiting, their age, lines refused"
     enabled_by_default = False
 
     @classmethod

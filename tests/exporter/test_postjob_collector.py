@@ -193,3 +193,9 @@ def test_the_collector_needs_nothing_of_the_post_job_extra() -> None:
     assert "prometheus_client" in tops
     assert not {"numpy", "pandas", "influxdb_client", "darshan"} & tops
     assert "hpcmon.post_job.spool_format" in loaded and "hpcmon.post_job.writers" not in loaded
+
+
+def test_every_spool_the_hook_writes_is_read() -> None:
+    from hpcmon.post_job.writers import InfluxV1Writer, InfluxV2Writer
+
+    assert {InfluxV1Writer.kind, InfluxV2Writer.kind} == set(KINDS)
