@@ -46,6 +46,15 @@ def _without_time(line: str) -> str:
     return parts[2] if len(parts) == 3 and parts[0][:2].isdigit() else line
 
 
+def _say(line: str) -> None:
+    """One of the child's lines on our stderr; a closed stderr must not stop the draining of
+    the child's pipe (a full pipe would block the child)."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
 class SamplerGone(RuntimeError):
     """The sampler process is not running: there is no current snapshot."""
 
@@ -158,7 +167,7 @@ class SamplerProcess:
                 if not self._ready_once:
                     self._held.append(line)
                     continue
-            print(line, file=sys.stderr, flush=True)
+            _say(line)
         process.stderr.close()
 
     def _receive(self) -> None:
@@ -198,7 +207,7 @@ class SamplerProcess:
                 if not self._ready_once:
                     self._ready_once = True
                     for line in self._held:
-                        print(line, file=sys.stderr, flush=True)
+                        _say(line)
                     self._held = []
             if self._failing:
                 log.warning("jobstats sampler process started")
