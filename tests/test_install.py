@@ -129,6 +129,13 @@ def test_each_role_installs_and_runs(wheel: Path, tmp_path: Path, extra: str) ->
         assert result.returncode == 2, result.stderr
         assert result.stderr.strip().count("\n") == 0, result.stderr
         assert f"hpcmon[{other_extra}]" in result.stderr and "Traceback" not in result.stderr
+    if extra == "exporter":  # a flush needs the writer's library, imported when it is set up
+        (tmp_path / "spool" / "influx-v2").mkdir(parents=True)
+        flush = _run(bin_dir, "hpcmon-post-job", "flush", "--spool-dir", str(tmp_path / "spool"),
+                     "--influx.url", "http://127.0.0.1:1", "--influx.org", "o",
+                     "--influx.bucket", "b")  # fmt: skip
+        assert flush.returncode == 2 and len(flush.stderr.strip().splitlines()) == 1, flush.stderr
+        assert "'influxdb_client' is missing" in flush.stderr and "hpcmon[post-job]" in flush.stderr
 
 
 def test_bare_install_names_the_extra_of_every_command(wheel: Path, tmp_path: Path) -> None:
