@@ -1,3 +1,5 @@
-from hpcmon.dashboards.cli import main
+"""python -m hpcmon.dashboards: the same as hpcmon-dashboards, one line when an extra is missing."""
 
-raise SystemExit(main())
+from hpcmon.entry import run
+
+raise SystemExit(run("hpcmon-dashboards"))

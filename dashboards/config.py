@@ -44,6 +44,8 @@ class Thresholds:
     jobstats_down_for: str = "5m"
     collector_failing_for: str = "10m"
     geopm_down_for: str = "10m"
+    postjob_backlog_age_seconds: float = 3600  # a node's oldest undelivered post-job line
+    postjob_backlog_for: str = "15m"
 
 
 @dataclass(frozen=True)

@@ -261,13 +261,13 @@ def build(config: Config) -> core.Dashboard:
         (
             "Parse errors",
             "short",
-            f"sum(increase({m.JOBSTATS_PARSE_ERRORS}{{{health}}}[$__range]))",
+            f"sum(increase({m.JOBSTATS_PARSE_ERRORS}{{{health}}}[$__range])) or vector(0)",
             "Malformed jobstats records skipped over the time range.",
         ),
         (
             "Dropped series",
             "short",
-            f"sum(increase({m.JOBSTATS_DROPPED_SERIES}{{{health}}}[$__range]))",
+            f"sum(increase({m.JOBSTATS_DROPPED_SERIES}{{{health}}}[$__range])) or vector(0)",
             "Series cut by --jobstats.max-jobs or --jobstats.operations.",
         ),
         (
@@ -312,6 +312,27 @@ def build(config: Config) -> core.Dashboard:
         width=4,
         height=4,
     )
+    # The post-job spool of each compute node (--collector.postjob): what its epilog hook
+    # could not deliver yet (alert HpcmonPostJobBacklog).
+    for title, unit, family, description in (
+        (
+            "Post-job backlog: oldest undelivered line",
+            "s",
+            m.POSTJOB_SPOOL_OLDEST_AGE,
+            "Per node, how long the oldest line of its post-job spool has waited (0: none).",
+        ),
+        (
+            "Post-job backlog: lines waiting",
+            "short",
+            m.POSTJOB_SPOOL_LINES,
+            "Per node, lines in its post-job spool not yet accepted by InfluxDB.",
+        ),
+    ):
+        aggregate = "max" if unit == "s" else "sum"
+        query = Query(
+            f"{aggregate} by (instance) ({family}{{{health}}})", legend="{{instance}}", instant=True
+        )
+        layout.add(g.bargauge(_spec(title, unit, query, description=description)), width=12)
     firing = _spec(
         "Firing hpcmon alerts",
         "none",

@@ -33,6 +33,7 @@ ALERT_NAMES = (
     "LustreJobstatsDown",
     "HpcmonCollectorFailing",
     "GeopmDown",
+    "HpcmonPostJobBacklog",
 )
 
 
@@ -253,6 +254,25 @@ def alert_rules(config: Config) -> list[dict[str, Any]]:
                     "job energy for that node is missing."
                 ),
                 "dashboard": overview_link(t.geopm_down_for, instance="$labels.instance"),
+            },
+        },
+        {
+            "alert": "HpcmonPostJobBacklog",
+            "expr": (
+                f"max without (kind) ({m.POSTJOB_SPOOL_OLDEST_AGE})"
+                f" > {_number(t.postjob_backlog_age_seconds)}"
+            ),
+            "for": t.postjob_backlog_for,
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "Post-job data stuck on {{ $labels.instance }}",
+                "description": (
+                    "The oldest line in the post-job spool of {{ $labels.instance }} has waited "
+                    "{{ $value | humanizeDuration }}: the epilog hook cannot deliver to "
+                    "InfluxDB. The lines are kept; 'hpcmon-post-job flush' sends them once the "
+                    "server takes data."
+                ),
+                "dashboard": overview_link(t.postjob_backlog_for, instance="$labels.instance"),
             },
         },
     ]

@@ -209,7 +209,8 @@ POST_JOB_QUERIES = (
 
 def _run_on_demo_job(module: str, influx: InfluxDB1, *args: str) -> subprocess.CompletedProcess:
     """``python -m MODULE`` (the hook or the report) on the demo job in the demo's database."""
-    command = [sys.executable, "-m", module, "--job-id", DEMO_JOB, "--cluster", "demo"]
+    # -P: the installed hpcmon, never a folder in the working directory
+    command = [sys.executable, "-P", "-m", module, "--job-id", DEMO_JOB, "--cluster", "demo"]
     command += ["--influx.v1-url", influx.url, "--influx.database", "hpcmon", *args]
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
 
@@ -306,6 +307,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--jobstats.source=file",
         f"--jobstats.path={jobstats_file}",
         "--jobstats.interval=2",
+        "--collector.postjob",  # the spool of the post-job demo below (empty once delivered)
+        f"--postjob.spool-dir={args.workdir / 'spool'}",
     ]
     try:
         with (

@@ -473,6 +473,7 @@ def run_exporter(
         proc = subprocess.Popen(
             [
                 sys.executable,
+                "-P",  # the installed hpcmon, never a folder in the working directory
                 "-m",
                 "hpcmon.exporter",
                 f"--web.listen-address=127.0.0.1:{port}",

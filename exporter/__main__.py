@@ -1,3 +1,5 @@
-from hpcmon.exporter.cli import main
+"""python -m hpcmon.exporter: the same as hpcmon-exporter, one line when an extra is missing."""
 
-raise SystemExit(main())
+from hpcmon.entry import run
+
+raise SystemExit(run("hpcmon-exporter"))

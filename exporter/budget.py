@@ -17,9 +17,9 @@ operation rates are on. Entries per target (per component and server with
 
 per exporter: ``min(sum E S, max-series) + 3 T + D + 1 + F_src + 2 C + P`` with T targets
 (lustre_jobstats_up, _jobs, _parse_errors_total each), D the dropped-series counters (one per
-block a filter or limit cuts), 1 the sample duration, F_src 4 lctl failure counters (source
-lctl), 2 C collector success/duration per enabled collector, and P the process and Python
-series of prometheus-client (counted from the library at run time).
+block and filter or limit in force, exported from 0), 1 the sample duration, F_src 4 lctl
+failure counters (source lctl), 2 C collector success/duration per enabled collector, and P
+the process and Python series of prometheus-client (counted from the library at run time).
 """
 
 from __future__ import annotations
@@ -118,19 +118,14 @@ def jobstats_exporter(
     else:
         blocks, jobs = targets, options.site_jobs_per_target
     exported = blocks * entries(jobs, options) * per_job
-    dropped = 0
-    if jobs and len(
-        kept_operations(operations, options.jobstats_operations, options.jobstats_deny)
-    ) < len(operations):  # noqa: E501
-        dropped += blocks
-    if options.jobstats_max_jobs and jobs > options.jobstats_max_jobs:
-        dropped += blocks
+    # One dropped-series counter per block and limit in force, from 0 (whether it cuts or not).
+    filters = options.jobstats_operations is not None or bool(options.jobstats_deny)
+    limits = filters + bool(options.jobstats_max_jobs) + bool(options.jobstats_max_series)
+    dropped = blocks * limits
     extra = 0
     if options.jobstats_max_series:
         extra = 1  # lustre_jobstats_series_cut
-        if exported > options.jobstats_max_series:
-            exported = options.jobstats_max_series  # at most: whole jobs are cut
-            dropped += blocks
+        exported = min(exported, options.jobstats_max_series)  # at most: whole jobs are cut
     failures = 4 if options.site_source == "lctl" else 0
     return exported + 3 * targets + dropped + 1 + failures + 2 + fixed + extra
 

@@ -35,6 +35,7 @@ COLLECTOR_MODULES = (
     "hpcmon.exporter.jobstats.collector",
     "hpcmon.exporter.geopm.collector",
     "hpcmon.exporter.node_jobs",
+    "hpcmon.exporter.postjob",
 )
 
 
@@ -46,7 +47,7 @@ def available_collectors() -> dict[str, type[Collector]]:
             if exc.name and module_name.startswith(exc.name):
                 continue
             raise
-    order = {"jobstats": 0, "geopm": 1, "jobs": 2}
+    order = {"jobstats": 0, "geopm": 1, "jobs": 2, "postjob": 3}
     return dict(sorted(REGISTERED.items(), key=lambda item: order.get(item[0], 99)))
 
 
@@ -54,7 +55,8 @@ def build_parser(collectors: dict[str, type[Collector]]) -> argparse.ArgumentPar
     parser = argparse.ArgumentParser(
         prog="hpcmon-exporter",
         usage="%(prog)s [flags]  (--help lists them)",  # one line before a flag error
-        description="Prometheus exporter: Lustre jobstats, GEOPM/RAPL power, jobs on the node.",
+        description="Prometheus exporter: Lustre jobstats, GEOPM/RAPL power, jobs on the node, "
+        "the post-job spool.",
         epilog="hpcmon-exporter --print-series-budget --help: series and Prometheus memory of a "
         "site's shape, instead of running.",
     )

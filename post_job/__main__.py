@@ -1,3 +1,5 @@
-from hpcmon.post_job.cli import main
+"""python -m hpcmon.post_job: the same as hpcmon-post-job, one line when an extra is missing."""
 
-raise SystemExit(main())
+from hpcmon.entry import run
+
+raise SystemExit(run("hpcmon-post-job"))

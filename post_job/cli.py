@@ -18,6 +18,7 @@ from typing import NoReturn
 
 from hpcmon.common.influx_flags import add_influx_arguments, influx_flags_problem
 from hpcmon.common.jobid import job_id_problem, user_name_problem
+from hpcmon.entry import missing_package
 from hpcmon.post_job.app import app_name_problem
 from hpcmon.post_job.delivery import WriterSettings, flush
 from hpcmon.post_job.hook import RunReport, run_job
@@ -328,6 +329,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             report = run_job(job, requests, settings, sending_deadline(options.time_limit))
         except Exception as exc:  # noqa: BLE001 - a bug must still end in one clear line
+            if missing_package(exc):
+                raise  # the extra is not installed: hpcmon.entry names it
             log.debug("run failed", exc_info=True)
             log.error("job=%s internal error: %s: %s", job.job_id, type(exc).__name__, exc)
             return EXIT_PROBLEMS

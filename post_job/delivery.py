@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hpcmon.entry import missing_package
 from hpcmon.post_job.lifetime import GUARD
 from hpcmon.post_job.spool import ReplayResult, Spool, replay
 from hpcmon.post_job.writers import (
@@ -303,5 +304,7 @@ def _open_writers(settings: WriterSettings, reports: list[DestinationReport]) ->
     try:
         return settings.server_writers()
     except Exception as exc:  # noqa: BLE001 - e.g. a malformed URL
+        if missing_package(exc):
+            raise  # the writer's library (post-job extra) is not installed: hpcmon.entry says so
         reports.append(DestinationReport("server", problems=[f"cannot set up writer: {exc}"]))
         return []

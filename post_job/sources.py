@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hpcmon.entry import missing_package
 from hpcmon.post_job.model import JobContext, SourceOutput
 
 log = logging.getLogger("hpcmon.post_job")
@@ -40,6 +41,8 @@ def load_entry(name: str) -> Callable[..., SourceOutput]:
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # noqa: BLE001 - a broken package must not stop the others
+        if missing_package(exc):
+            raise  # the post-job extra is not installed: the command says so (hpcmon.entry)
         raise ImportError(f"{module_name} cannot be imported: {type(exc).__name__}: {exc}") from exc
     entry = getattr(module, function_name, None)
     if not callable(entry):
@@ -56,6 +59,8 @@ def run_source(request: SourceRequest, job: JobContext) -> SourceOutput:
     try:
         output = entry(*request.inputs, job, **request.options)
     except Exception as exc:  # noqa: BLE001 - contract says sources never raise; be safe anyway
+        if missing_package(exc):
+            raise  # a library of the post-job extra imported late, not installed
         log.debug("source %s raised", request.name, exc_info=True)
         return SourceOutput(errors=[f"failed: {type(exc).__name__}: {exc}"])
     if not isinstance(output, SourceOutput):

@@ -1,3 +1,5 @@
-from hpcmon.report.cli import main
+"""python -m hpcmon.report: the same as hpcmon-report, one line when an extra is missing."""
 
-raise SystemExit(main())
+from hpcmon.entry import run
+
+raise SystemExit(run("hpcmon-report"))

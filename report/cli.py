@@ -16,6 +16,7 @@ from pathlib import Path
 
 from hpcmon.common.influx_flags import add_influx_arguments, influx_flags_problem
 from hpcmon.dashboards.uids import JOB_UID
+from hpcmon.entry import missing_package
 from hpcmon.report.api import (
     Sources,
     build,
@@ -182,6 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         text = render(job, build(job, sources), fmt or "text")
     except Exception as exc:  # a bug or input nothing foresaw: one line, not a traceback
+        if missing_package(exc):
+            raise  # the extra is not installed: hpcmon.entry names it
         print(
             f"hpcmon-report: job {options.job_id}: cannot build the report: "
             f"{type(exc).__name__}: {exc}",

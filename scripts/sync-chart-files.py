@@ -24,7 +24,7 @@ CHART_FILES = ROOT / "helm" / "hpcmon" / "files"
 
 def generate(out: Path, config: Path | None = None) -> None:
     """Run the generator (from this repository) into ``out``; raise with its message if it fails."""
-    command = [sys.executable, "-m", "hpcmon.dashboards", "generate", "--out", str(out)]
+    command = [sys.executable, "-P", "-m", "hpcmon.dashboards", "generate", "--out", str(out)]
     if config is not None:
         command += ["--config", str(config)]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)

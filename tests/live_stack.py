@@ -1,6 +1,7 @@
 """A small live site for dashboard and rule tests: the real exporter on replayed Lustre captures
 (with one job in an I/O storm), a powercap tree whose counters advance, a Slurm jobs directory,
-a broken exporter and a dead target, all scraped by a real Prometheus with the generated rules.
+a post-job spool holding an undelivered batch, a broken exporter and a dead target, all
+scraped by a real Prometheus with the generated rules.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from devtools.replay import load_sections, render, write_atomically
 from devtools.servers import ExporterProcess, Prometheus, free_port, run_exporter, run_prometheus
+from hpcmon.post_job.spool import Spool
 from tests.exporter.test_geopm_helpers import write_zone
 from tests.exporter.test_geopm_integration import START_UJ, EnergyWriter
 
@@ -103,6 +105,8 @@ def run_live_exporters(workdir: Path) -> Iterator[LiveExporters]:
     jobs_dir.mkdir()
     for job in SHARED_NODE_JOBS:
         (jobs_dir / job).write_text("SLURM_JOB_UID=1000\n")
+    spool_dir = workdir / "post-job-spool"  # a batch the node's hook could not deliver yet
+    Spool(spool_dir, "influx-v1").add([f"darshan_job,jobid={STORM_JOB} bytes=1 1000000000"])
     empty_sysfs = workdir / "empty-sysfs"
     empty_sysfs.mkdir()
     (workdir / "broken").mkdir()
@@ -120,6 +124,8 @@ def run_live_exporters(workdir: Path) -> Iterator[LiveExporters]:
         "--geopm.interval=0.5",
         "--collector.jobs",
         f"--jobs.dir={jobs_dir}",
+        "--collector.postjob",
+        f"--postjob.spool-dir={spool_dir}",
     ]
     broken_args = [
         "--jobstats.source=file",

@@ -13,11 +13,34 @@ from pathlib import Path
 import pytest
 
 from hpcmon.entry import COMMANDS
+from tests.servers import free_port, http_get, stop_process, wait_port
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parent.parent
 ROLES = {extra: command for command, (_, extra) in COMMANDS.items()}
+HP_OST = (
+    ROOT
+    / "tests"
+    / "data"
+    / "jobstats"
+    / (
+        "HewlettPackard_lustre_exporter__proc_fs_lustre_obdfilter_lustrefs-OST0000_"
+        "job_stats__lustre2.10.1.txt"
+    )
+)
+DARSHAN_LOG = ROOT / "tests" / "data" / "darshan" / "logs" / "mpi-io-test-x86_64-3.4.6.darshan"
+
+
+def _work(command: str, tmp: Path) -> list[str]:
+    """Arguments that make each command do its work (not only --help) and then exit."""
+    return {
+        "hpcmon-exporter": ["--print-series-budget"],
+        "hpcmon-post-job": ["--job-id", "1", "--darshan", str(DARSHAN_LOG),
+                            "--output", str(tmp / "job.lp")],
+        "hpcmon-dashboards": ["generate", "--out", str(tmp / "out")],
+        "hpcmon-report": ["--job-id", "1", "--influx.v1-url", f"http://127.0.0.1:{free_port()}"],
+    }[command]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -104,11 +127,20 @@ def test_each_role_installs_and_runs(wheel: Path, tmp_path: Path, extra: str) ->
         if other_extra == extra:
             continue
         result = _run(bin_dir, command, "--help")
-        if result.returncode == 0:
-            continue  # this role's extra happens to bring what that command needs too
+        if result.returncode == 0:  # this role's extra happens to bring what --help needs
+            result = _run(bin_dir, command, *_work(command, tmp_path))  # and the work?
+            if "is missing: install" not in result.stderr:
+                continue  # it brings what the work needs too (or failed for another reason)
         assert result.returncode == 2, result.stderr
         assert result.stderr.strip().count("\n") == 0, result.stderr
         assert f"hpcmon[{other_extra}]" in result.stderr and "Traceback" not in result.stderr
+    if extra == "exporter":  # a flush needs the writer's library, imported when it is set up
+        (tmp_path / "spool" / "influx-v2").mkdir(parents=True)
+        flush = _run(bin_dir, "hpcmon-post-job", "flush", "--spool-dir", str(tmp_path / "spool"),
+                     "--influx.url", "http://127.0.0.1:1", "--influx.org", "o",
+                     "--influx.bucket", "b")  # fmt: skip
+        assert flush.returncode == 2 and len(flush.stderr.strip().splitlines()) == 1, flush.stderr
+        assert "'influxdb_client' is missing" in flush.stderr and "hpcmon[post-job]" in flush.stderr
 
 
 def test_bare_install_names_the_extra_of_every_command(wheel: Path, tmp_path: Path) -> None:
@@ -151,3 +183,80 @@ def test_a_broken_installation_is_one_line_not_a_traceback(monkeypatch, capsys) 
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["hpcmon-broken: hpcmon is incompletely installed: "
                    "No module named 'hpcmon.nonexistent'"]  # fmt: skip
+
+
+def test_no_folder_at_the_root_is_importable_as_hpcmon() -> None:
+    """Issue 21: `python -m hpcmon...` from the repository's root would import a root folder
+    named hpcmon before the installed package (the PyPA "src layout" reasoning). Without
+    site-packages (-S) nothing but the working directory and the standard library is seen."""
+    found = subprocess.run(
+        [sys.executable, "-S", "-c",
+         "import importlib.util; print(importlib.util.find_spec('hpcmon'))"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert found.returncode == 0 and found.stdout.strip() == "None", found.stdout
+    assert not (ROOT / "hpcmon").exists() and not (ROOT / "hpcmon.py").exists()
+
+
+@pytest.fixture(scope="module")
+def installed(wheel: Path, tmp_path_factory) -> Path:
+    """Every role's extra installed from the wheel (not editable) into one fresh venv."""
+    bin_dir = _venv(tmp_path_factory.mktemp("all") / "venv")
+    install = subprocess.run(
+        [str(bin_dir / "pip"), "install", "-q", f"{wheel}[all]"],
+        capture_output=True, text=True, timeout=1200,
+    )  # fmt: skip
+    assert install.returncode == 0, install.stderr[-2000:]
+    return bin_dir
+
+
+@pytest.mark.parametrize("module", sorted({m.rsplit(".", 1)[0] for m, _ in COMMANDS.values()}))
+def test_every_part_runs_as_a_module_from_the_repository_root(installed: Path, module) -> None:
+    result = subprocess.run(
+        [str(installed / "python"), "-m", module, "--help"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "usage" in result.stdout.lower()
+    spec = subprocess.run(
+        [str(installed / "python"), "-c", "import hpcmon; print(hpcmon.__file__)"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert "site-packages" in spec.stdout, spec.stdout  # the installed package, not the tree
+
+
+# python -m puts the working directory first by design: next to a foreign hpcmon/, the script
+@pytest.mark.parametrize(("where", "how"), [("root", "script"), ("root", "module"),
+                                            ("shadow", "script")])  # fmt: skip
+def test_installed_exporter_serves_jobstats_from_the_repository_root(
+    installed: Path, tmp_path: Path, where: str, how: str
+) -> None:
+    """Issue 21: started next to a source tree (the repository's root, or any folder with an
+    hpcmon/ package of its own), the jobstats sampler child still imports the installed
+    hpcmon and the replayed capture is served."""
+    cwd = ROOT
+    if where == "shadow":
+        cwd = tmp_path / "site"
+        (cwd / "hpcmon").mkdir(parents=True)
+        (cwd / "hpcmon" / "__init__.py").write_text("")
+    port = free_port()
+    command = [str(installed / "hpcmon-exporter")]
+    if how == "module":
+        command = [str(installed / "python"), "-m", "hpcmon.exporter"]
+    log_path = tmp_path / "exporter.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [*command, f"--web.listen-address=127.0.0.1:{port}", "--jobstats.source=file",
+             f"--jobstats.path={HP_OST}", "--jobstats.interval=1"],
+            cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        wait_port(port, proc, log_path)
+        status, body = http_get(f"http://127.0.0.1:{port}/metrics", timeout=30)
+    finally:
+        stop_process(proc)
+    text = body.decode()
+    assert status == 200
+    assert 'hpcmon_exporter_collector_success{collector="jobstats"} 1.0' in text, text[-3000:]
+    assert "lustre_job_read_bytes_total{" in text
+    assert "No module named" not in log_path.read_text()

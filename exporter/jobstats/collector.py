@@ -541,6 +541,13 @@ class JobstatsCollector(Collector):
         jobs = merge_duplicates(jobs)
         rates = self.tracker.update(key, jobs, wall_clock) if self.settings.rates else None
         operations, deny = self.settings.operations, self.settings.deny
+        for reason, active in (
+            ("operations", self.settings.filters_operations),
+            ("max_jobs", self.settings.max_jobs),
+            ("max_series", self.settings.max_series),
+        ):
+            if active:  # a limit in force is counted from 0, so its first cut is an increase
+                self._dropped[(*key, reason)] += 0
         if self.settings.filters_operations:
             filtered = sum(
                 series_per_job(entry, self.settings.rates, None)

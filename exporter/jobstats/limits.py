@@ -78,7 +78,8 @@ class TopJobs:
     """``--jobstats.top-jobs N``, with the state it needs per target.
 
     The rule, at each sample of a target: the N jobs with the largest increase of bytes plus
-    operations since the previous sample (a new job: its whole value; ties by job id) keep
+    operations since the previous sample (a new job: its whole value; ties by the jobs' totals
+    of bytes plus operations, then by job id) keep
     their series. ``other`` grows by the increase of every job that is not in the top N now,
     and by the increase of every job that has just entered the top N (its own series starts
     now, so ``rate()`` would not see that step). ``other`` therefore never decreases, and on
@@ -109,9 +110,15 @@ class TopJobs:
             old = before.get(entry.jobid)
             restarted = old is not None and old[0] != entry.start_time
             increases[entry.jobid] = _increase(now, None if old is None or restarted else old[1])
+        # Ties (an idle file system: every increase is 0) go to the largest totals, so the
+        # top set stays as it was instead of flipping to the lowest job ids.
         ranked = sorted(
             (entry for entry in jobs if entry.jobid != OTHER),
-            key=lambda entry: (-_movement(increases[entry.jobid]), entry.jobid),
+            key=lambda entry: (
+                -_movement(increases[entry.jobid]),
+                -_movement(counters[entry.jobid][1]),
+                entry.jobid,
+            ),
         )
         top = ranked[: self.keep]
         top_ids = frozenset(entry.jobid for entry in top)

@@ -9,7 +9,10 @@ through the child's stdout, and serves the last one until the next arrives.
 
 The child dies with the exporter (parent-death signal, or a closed pipe); on SIGTERM it kills
 a running lctl first. If the child dies on its own, the collector reports failure (no stale
-data served as current) and the child is started again.
+data served as current) and the child is started again. The child is started with ``-P``, so
+a folder in the working directory can never shadow the installed package. A child that cannot
+start (it dies before its first sample) is said once: the same failure again is not repeated,
+and the restarts back off up to a minute; scrapes do not wait for it meanwhile.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import BinaryIO
 
 from hpcmon.exporter.collector import LOG_FORMAT, Periodic
@@ -35,7 +37,22 @@ log = logging.getLogger("hpcmon.exporter.jobstats")
 PR_SET_PDEATHSIG = 1
 NICENESS = 10
 RESTART_SECONDS = 1.0
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # where ``exporter`` is importable from
+MAX_DELAY = 60.0  # seconds between attempts to start a child that cannot start
+
+
+def _without_time(line: str) -> str:
+    """A log line without its LOG_FORMAT timestamp, so a repeated failure compares equal."""
+    parts = line.split(" ", 2)
+    return parts[2] if len(parts) == 3 and parts[0][:2].isdigit() else line
+
+
+def _say(line: str) -> None:
+    """One of the child's lines on our stderr; a closed stderr must not stop the draining of
+    the child's pipe (a full pipe would block the child)."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 class SamplerGone(RuntimeError):
@@ -103,6 +120,12 @@ class SamplerProcess:
         self._ready = threading.Event()
         self._stopping = threading.Event()
         self._receiver: threading.Thread | None = None
+        self._relay: threading.Thread | None = None
+        self._lock = threading.Lock()  # the child's first sample vs its stderr lines
+        self._ready_once = False  # the running child has sent a sample
+        self._held: list[str] = []  # its stderr lines until then
+        self._said = ""  # the last "could not start" line, not repeated
+        self._failing = False  # the last child died before its first sample
 
     def start(self) -> None:
         self._stopping.clear()
@@ -113,21 +136,42 @@ class SamplerProcess:
         self._receiver.start()
 
     def _spawn(self) -> None:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(PACKAGE_ROOT), *filter(None, [env.get("PYTHONPATH")])]
-        )
+        # -P: the working directory is not put on sys.path (a source tree there would shadow
+        # the installed hpcmon); PYTHONPATH and site-packages (editable installs) still count.
         process = subprocess.Popen(
-            [sys.executable, "-m", "hpcmon.exporter.jobstats.worker"],
+            [sys.executable, "-P", "-m", "hpcmon.exporter.jobstats.worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            env=env,
+            stderr=subprocess.PIPE,
         )
-        pickle.dump((self.options, logging.getLogger().getEffectiveLevel()), process.stdin)
-        process.stdin.close()
+        with self._lock:
+            self._ready_once = False
+            self._held = []
+        self._relay = threading.Thread(
+            target=self._relay_stderr, args=(process,), name="jobstats-stderr", daemon=True
+        )
+        self._relay.start()
+        try:
+            pickle.dump((self.options, logging.getLogger().getEffectiveLevel()), process.stdin)
+            process.stdin.close()
+        except OSError:  # it died at once; _receive sees the end of its stdout
+            pass
         self._process = process
 
+    def _relay_stderr(self, process: subprocess.Popen[bytes]) -> None:
+        """The child's log lines go to our stderr once it has sent a sample; until then they
+        are held: a child that dies before is one line (``_receive``), not its whole output."""
+        for raw in process.stderr:
+            line = raw.decode(errors="replace").rstrip("\n")
+            with self._lock:
+                if not self._ready_once:
+                    self._held.append(line)
+                    continue
+            _say(line)
+        process.stderr.close()
+
     def _receive(self) -> None:
+        delay = RESTART_SECONDS
         while not self._stopping.is_set():
             process = self._process
             try:
@@ -140,14 +184,35 @@ class SamplerProcess:
                 except subprocess.TimeoutExpired:
                     process.kill()
                     code = process.wait()
-                log.error("jobstats sampler process exited (code %s); starting it again", code)
+                self._relay.join(timeout=5)
                 self._snapshot = None
                 self._ready.clear()
                 process.stdout.close()
-                if self._stopping.wait(RESTART_SECONDS):
+                if self._ready_once:
+                    log.error("jobstats sampler process exited (code %s); starting it again", code)
+                    delay = RESTART_SECONDS
+                else:  # it died before its first sample: it cannot start
+                    why = _without_time(self._held[-1]) if self._held else "no output"
+                    message = f"jobstats sampler process cannot start (code {code}): {why}"
+                    if message != self._said:
+                        log.error("%s; retrying, backing off up to %.0f s", message, MAX_DELAY)
+                        self._said = message
+                    self._failing = True
+                    delay = min(delay * 2, MAX_DELAY)
+                if self._stopping.wait(delay):
                     return
                 self._spawn()
                 continue
+            with self._lock:
+                if not self._ready_once:
+                    self._ready_once = True
+                    for line in self._held:
+                        _say(line)
+                    self._held = []
+            if self._failing:
+                log.warning("jobstats sampler process started")
+                self._failing = False
+                self._said = ""
             self._snapshot = snapshot
             self._ready.set()
 
@@ -155,6 +220,8 @@ class SamplerProcess:
         """The last exposition; waits (up to ``deadline``, time.monotonic) only for the
         first one. Raises SamplerGone while the child is down."""
         while (snapshot := self._snapshot) is None:
+            if self._failing:
+                raise SamplerGone("the jobstats sampler process cannot start")
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not self._ready.wait(remaining):
                 raise SamplerGone("no jobstats sample yet: the sampler process is not running")
@@ -175,6 +242,8 @@ class SamplerProcess:
             self._receiver = None
         if process is not None:
             process.stdout.close()
+        if self._relay is not None:
+            self._relay.join(timeout=5)
 
     @property
     def pid(self) -> int | None:
@@ -184,4 +253,8 @@ class SamplerProcess:
 if __name__ == "__main__":
     stdout = sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but expositions goes down the pipe
-    child_main(sys.stdin.buffer, stdout)
+    try:
+        child_main(sys.stdin.buffer, stdout)
+    except Exception as exc:  # one line for the exporter's log, never a traceback
+        print(f"jobstats sampler process: {type(exc).__name__}: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None

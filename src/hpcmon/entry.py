@@ -17,13 +17,24 @@ COMMANDS = {
 _OWN_PACKAGES = {"hpcmon"}
 
 
+def missing_package(exc: BaseException) -> str | None:
+    """The third-party package an extra would bring, when ``exc`` says it is not installed.
+    A command's catch-all for unforeseen errors re-raises these, so ``run`` names the extra."""
+    if not isinstance(exc, ModuleNotFoundError):
+        return None
+    missing = (exc.name or "").split(".")[0]
+    return missing if missing and missing not in _OWN_PACKAGES else None
+
+
 def run(command: str) -> int:
+    """Import the command and run it; a module missing at import time or later, during the
+    work (sources import their libraries only when used), is the same one line."""
     module_name, extra = COMMANDS[command]
     try:
-        module = importlib.import_module(module_name)
+        return importlib.import_module(module_name).main()
     except ModuleNotFoundError as exc:
-        missing = (exc.name or "").split(".")[0]
-        if not missing or missing in _OWN_PACKAGES:  # hpcmon itself is broken, not an extra
+        missing = missing_package(exc)
+        if missing is None:  # hpcmon itself is broken, not an extra
             print(f"{command}: hpcmon is incompletely installed: {exc}", file=sys.stderr)
             return 2
         print(
@@ -32,7 +43,6 @@ def run(command: str) -> int:
             file=sys.stderr,
         )
         return 2
-    return module.main()
 
 
 def exporter() -> int:

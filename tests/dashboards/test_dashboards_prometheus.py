@@ -41,6 +41,8 @@ LIVE_CONFIG = {
         "jobstats_down_for": "0s",
         "collector_failing_for": "0s",
         "geopm_down_for": "0s",
+        "postjob_backlog_age_seconds": 0,  # the live node's spool holds a batch
+        "postjob_backlog_for": "0s",
     },
 }
 # Health alerts that need a failure the live site does not have.
@@ -198,3 +200,42 @@ def test_grafana_variables_list_real_values(stack: LiveStack, configs) -> None:
         expr, label = lint.label_values_selector(variable["query"])
         values = {r["metric"].get(label) for r in _run(stack.prometheus, variable["query"], {})}
         assert values - {None, ""}, f"variable {variable['name']} lists nothing"
+
+
+# Stat panels of the health row that count failures: 0, not "No data", on a healthy system.
+FAILURE_STATS = {"Parse errors", "Dropped series", "Nodes without power source",
+                 "Firing hpcmon alerts"}  # fmt: skip
+
+
+def test_health_row_on_a_healthy_exporter(prometheus_factory, tmp_path) -> None:
+    """Issue 21: a healthy exporter (a clean capture, nothing cut, an empty post-job spool):
+    every query of the overview's health row returns data, and every stat that counts
+    failures shows 0 (counters that appear only after a first failure must not empty it)."""
+    from tests.exporter.test_jobstats_collector import HP_OST
+    from tests.servers import run_exporter
+
+    args = ["--jobstats.source=file", f"--jobstats.path={HP_OST}", "--jobstats.interval=1",
+            "--collector.postjob", f"--postjob.spool-dir={tmp_path / 'spool'}"]  # fmt: skip
+    with run_exporter(args, tmp_path) as exporter:
+        prom = prometheus_factory(
+            [{"job_name": "hpcmon-jobstats", "static_configs": [{"targets": [exporter.address]}]}],
+            scrape_interval="1s",
+        )
+        prom.wait_for(f"{metric_names.POSTJOB_SPOOL_LINES}", timeout=60)
+        prom.wait_for(f"count_over_time({metric_names.JOBSTATS_JOBS}[1m]) > 2", timeout=60)
+        board = generate.dashboards(dashboards_config.Config())["hpcmon-overview"]
+        panels = list(lint.panels(board))
+        first = next(i for i, p in enumerate(panels) if p.get("type") == "row"
+                     and p.get("title") == "Health")  # fmt: skip
+        health = [p for p in panels[first + 1 :] if p.get("type") != "row"]
+        titles = {p["title"] for p in health}
+        assert FAILURE_STATS <= titles and "Post-job backlog: lines waiting" in titles
+        values = {**VALUES, "instance": ".*"}
+        for panel in health:
+            if panel["type"] == "table" and panel["title"] in FAILURE_STATS:
+                continue  # the list of firing alerts is rightly empty
+            for target in panel.get("targets", []):
+                found = _run(prom, target["expr"], values)
+                assert found, f"{panel['title']}: {target['expr']} has no data"
+                if panel["title"] in FAILURE_STATS:
+                    assert [r["value"][1] for r in found] == ["0"], (panel["title"], found)

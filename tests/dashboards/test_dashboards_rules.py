@@ -111,7 +111,7 @@ def test_promtool_check_rules_default_and_custom(tmp_path: Path) -> None:
         result = _promtool("check", "rules", *files, cwd=tmp_path)
         assert result.returncode == 0, result.stdout + result.stderr
         assert "SUCCESS: 10 rules found" in result.stdout  # recording
-        assert "SUCCESS: 7 rules found" in result.stdout  # alerts
+        assert "SUCCESS: 8 rules found" in result.stdout  # alerts
         assert result.stdout.count("SUCCESS: 10 rules found") == 2  # recording, long-term
 
 
@@ -441,6 +441,46 @@ def test_health_alerts(tmp_path: Path) -> None:
                         )
                     ],
                 },
+            ],
+        }
+    ]
+    _run(tmp_path, dashboards_config.Config(), tests)
+
+
+def test_postjob_backlog(tmp_path: Path) -> None:
+    """Issue 21: n1's oldest spooled line ages past 1 h (from minute 66) and stays there 15 min:
+    fires at 81, not at 80; a flush at 91 empties the spool (age 0) and resolves it. n2's
+    backlog is flushed at 59 min old: silent. The other kind of n1's spool stays empty."""
+    age = "hpcmon_postjob_spool_oldest_age_seconds"
+    node = 'instance="{}:19325", job="hpcmon-compute"'
+    items = [
+        {"series": f'{age}{{{node.format("n1")}, kind="influx-v1"}}',
+         "values": "0x4 0+60x85 0x20"},  # age (minute - 5) * 60 until the flush at 91
+        {"series": f'{age}{{{node.format("n1")}, kind="influx-v2"}}', "values": "0x110"},
+        {"series": f'{age}{{{node.format("n2")}, kind="influx-v1"}}',
+         "values": "0x4 0+60x59 0x46"},  # at most 3540 s old, then flushed
+    ]  # fmt: skip
+    firing = {
+        "exp_labels": {"severity": "warning", "instance": "n1:19325", "job": "hpcmon-compute"},
+        "exp_annotations": {
+            "summary": "Post-job data stuck on n1:19325",
+            "description": (
+                "The oldest line in the post-job spool of n1:19325 has waited 1h 17m 0s: the "
+                "epilog hook cannot deliver to InfluxDB. The lines are kept; 'hpcmon-post-job "
+                "flush' sends them once the server takes data."
+            ),
+            "dashboard": _link("hpcmon-overview", "var-instance=n1%3A19325", 82 * 60, 4500),
+        },
+    }
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": items,
+            "alert_rule_test": [
+                {"eval_time": "65m", "alertname": "HpcmonPostJobBacklog"},  # 3600: not above
+                {"eval_time": "80m", "alertname": "HpcmonPostJobBacklog"},  # pending 14 min
+                {"eval_time": "82m", "alertname": "HpcmonPostJobBacklog", "exp_alerts": [firing]},
+                {"eval_time": "95m", "alertname": "HpcmonPostJobBacklog"},  # flushed: resolved
             ],
         }
     ]

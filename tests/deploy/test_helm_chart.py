@@ -408,9 +408,12 @@ def test_exporter_command_lines_parse_with_the_real_exporter(case: str) -> None:
         if role == "lustre":
             assert enabled == ["jobstats"]
         else:
-            jobs = chart().merge_values(case_values(case))["compute"]["jobs"]["enabled"]
-            assert enabled == (["geopm", "jobs"] if jobs else ["geopm"])
+            compute = chart().merge_values(case_values(case))["compute"]
+            jobs, postjob = compute["jobs"]["enabled"], compute["postJob"]["enabled"]
+            assert enabled == ["geopm"] + ["jobs"] * jobs + ["postjob"] * postjob
         paths = [value for key, value in vars(options).items() if key.startswith("path_") and value]
+        if "postjob" in enabled:
+            paths.append(options.postjob_spool_dir)
         mounted = [m["mountPath"] for m in container["volumeMounts"]]
         for path in paths:
             if role == "lustre" and options.jobstats_source != "procfs":
@@ -418,6 +421,25 @@ def test_exporter_command_lines_parse_with_the_real_exporter(case: str) -> None:
             if path in ("/proc", "/sys", "/sys/fs/cgroup"):
                 continue  # the flag's default: that collector is off
             assert any(path == m or path.startswith(m + "/") for m in mounted), path
+
+
+def test_compute_daemonset_reads_the_post_job_spool_of_its_node() -> None:
+    """Issue 21: the spool the epilog hook writes on the host, read-only, collector on; off
+    when compute.postJob.enabled is false."""
+    for values, mounted in (({}, True), ({"compute": {"postJob": {"enabled": False}}}, False)):
+        values = {**values, "lustre": {"enabled": False}}
+        (daemonset,) = of_kind(render(values), "DaemonSet")
+        pod = daemonset["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        mounts = {m["name"]: m for m in container["volumeMounts"]}
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert ("--collector.postjob" in container["args"]) == mounted
+        assert ("post-job-spool" in mounts) == mounted == ("post-job-spool" in volumes)
+        if mounted:
+            assert mounts["post-job-spool"] == {"name": "post-job-spool", "readOnly": True,
+                                                "mountPath": "/host/post-job-spool"}  # fmt: skip
+            assert volumes["post-job-spool"]["hostPath"]["path"] == "/var/spool/hpcmon-post-job"
+            assert "--postjob.spool-dir=/host/post-job-spool" in container["args"]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -568,6 +590,11 @@ BAD_VALUES = [
         {"lustre": {"jobstats": {"aggregate": "filesystem"}}},
         ["/lustre/jobstats/aggregate", "must be one of"],
         id="jobstats-aggregate",
+    ),
+    pytest.param(
+        {"compute": {"postJob": {"spoolDir": "var/spool/hpcmon-post-job"}}},
+        ["/compute/postJob/spoolDir", "does not match"],
+        id="relative-spool-dir",
     ),
     pytest.param(
         {"exporter": {"logLevel": "verbose"}},

@@ -645,3 +645,19 @@ def test_flag_bounds_are_inclusive_below() -> None:
     collector = make_collector("--jobstats.timeout", "0", "--jobstats.max-jobs", "0")
     assert collector.source.timeout == 0.0
     assert collector.settings.max_jobs == 0
+
+
+def test_a_limit_in_force_counts_dropped_series_from_zero() -> None:
+    """Issue 21: the Prometheus convention, counters start at 0: a limit that cuts nothing yet
+    still exports its counter, so the first cut is an increase and panels show 0, not nothing."""
+    found = samples_of(
+        make_collector(
+            "--jobstats.source=file", f"--jobstats.path={HP_OST}", "--jobstats.max-jobs=1000",
+            "--jobstats.operations-deny=write_bytes",
+        ).sample()
+    )  # fmt: skip
+    key = {"component": "ost", "target": "lustrefs-OST0000"}
+    name = "lustre_jobstats_dropped_series_total"
+    assert value(found, name, reason="max_jobs", **key) == 0
+    assert value(found, name, reason="max_series", **key) is None  # not in force
+    assert value(found, name, reason="operations", **key) > 0  # write_bytes cut on every job

@@ -348,3 +348,38 @@ def _cmdline(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def test_a_sampler_that_cannot_start_says_so_once_and_scrapes_do_not_wait(
+    tmp_path: Path, monkeypatch, caplog, capfd
+) -> None:
+    """Issue 21: a child that cannot find its module (here a shadowing hpcmon/ put first on
+    its path) is one line, not one per restart; scrapes answer at once, failing."""
+    shadow = tmp_path / "shadow"
+    package = shadow / "hpcmon" / "exporter" / "jobstats"
+    package.mkdir(parents=True)
+    for folder in (package, *package.parents[:2]):
+        (folder / "__init__.py").write_text("")
+    collector = make_collector(
+        "--jobstats.source", "file", "--jobstats.path", str(HP_OST), "--jobstats.interval", "0.2"
+    )
+    exporter = Exporter([collector])
+    monkeypatch.setenv("PYTHONPATH", str(shadow))  # the child's environment only
+    collector.start()
+    try:
+        time.sleep(8)  # restarts at 0, ~2 and ~6 s
+        started = time.monotonic()
+        body = b"".join(
+            part if isinstance(part, bytes) else b"".join(part.chunks())
+            for part in exporter.render(5)
+        )
+        assert time.monotonic() - started < 2  # does not wait for a child that cannot start
+        assert b'hpcmon_exporter_collector_success{collector="jobstats"} 0.0' in body
+    finally:
+        collector.stop()
+    assert "No module named" not in capfd.readouterr().err  # the child's own line is held
+    said = [r.getMessage() for r in caplog.records if r.name == "hpcmon.exporter.jobstats"]
+    assert len(said) == 1, said
+    assert "cannot start (code 1): " in said[0]
+    assert said[0].endswith("No module named hpcmon.exporter.jobstats.worker; retrying, "
+                            "backing off up to 60 s"), said  # fmt: skip

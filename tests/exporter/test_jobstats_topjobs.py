@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from hpcmon.exporter.jobstats.limits import OTHER, TopJobs
 from hpcmon.exporter.jobstats.parser import JobEntry, OpStats
-from tests.exporter.jobstats_synth import target_text
+from tests.exporter.jobstats_synth import OST_OPERATIONS, job_record, target_text
 from tests.exporter.test_jobstats_collector import (
     DDN_OST,
     HP_OST,
@@ -158,6 +158,27 @@ def test_a_job_called_other_is_folded_into_other() -> None:
     jobs, _ = TopJobs(1).fold(KEY, entries(sample), None)
     assert [job.jobid for job in jobs] == ["a", OTHER]
     assert jobs[1].ops["open"].samples == 6
+
+
+def test_an_idle_file_system_keeps_its_top_set(tmp_path) -> None:
+    """Issue 21: 40 jobs whose counters do not move; with ties broken by job id the top 5
+    flipped on the second sample to the 5 lowest ids (ending and starting series for no
+    reason). Ties go to the largest totals: the same 5 at every sample."""
+    capture = tmp_path / "idle.txt"
+    lines = ["obdfilter.fs-OST0000.job_stats=", "job_stats:"]
+    for number in range(40):
+        lines += job_record(str(7000 + number), number, OST_OPERATIONS)
+    capture.write_text("\n".join(lines) + "\n")
+    collector = make_collector(
+        "--jobstats.source=file", f"--jobstats.path={capture}", "--jobstats.top-jobs=5"
+    )
+    tops = []
+    for _ in range(3):
+        found = named(samples_of(collector.sample()), "lustre_job_read_samples_total")
+        tops.append({dict(labels)["jobid"] for labels in found} - {OTHER})
+    lowest = {str(7000 + n) for n in range(5)}
+    assert len(tops[0]) == 5 and tops[0] != lowest  # the case of the issue
+    assert tops[1] == tops[0] and tops[2] == tops[0]
 
 
 # ---------------------------------------------------------------- the collector's flags

@@ -33,6 +33,13 @@ CPU_POWER = "geopm_cpu_power_watts"
 GEOPM_UP = "geopm_up"  # source
 NODE_JOB_INFO = "hpc_node_job_info"  # jobid, uid; value 1
 
+# The node's post-job spool, --collector.postjob (label: kind, the server API: influx-v1/-v2).
+POSTJOB_SPOOL_LINES = "hpcmon_postjob_spool_lines"
+POSTJOB_SPOOL_FILES = "hpcmon_postjob_spool_files"
+POSTJOB_SPOOL_OLDEST_AGE = "hpcmon_postjob_spool_oldest_age_seconds"  # 0 when none waits
+POSTJOB_REJECTED_LINES = "hpcmon_postjob_rejected_lines"
+POSTJOB_REJECTED_FILES = "hpcmon_postjob_rejected_files"
+
 # The exporter itself (label: collector).
 COLLECTOR_SUCCESS = "hpcmon_exporter_collector_success"
 COLLECTOR_DURATION = "hpcmon_exporter_collector_duration_seconds"
