@@ -38,6 +38,7 @@ _SOURCE_PATHS: dict[str, dict[str, str]] = {
 _TOP_KEYS = {
     "cluster",
     "time_limit_seconds",
+    "memory_limit_mib",
     "search_days",
     "strict",
     "log",
@@ -63,6 +64,7 @@ class SourceConfig:
 class EpilogConfig:
     cluster: str | None = None
     time_limit: float = DEFAULT_TIME_LIMIT
+    memory_limit_mib: int | None = None  # None: reading.default_memory_limit_mib()
     search_days: int = DEFAULT_SEARCH_DAYS  # days back to search when Slurm gives no times
     strict: bool = False
     syslog: bool = False
@@ -130,7 +132,7 @@ def parse_config(data: Mapping[str, Any], path: Path | str = "config") -> Epilog
     config = EpilogConfig()
     if data.get("cluster") is not None:
         config.cluster = _text(data["cluster"], _where(path, "cluster"))
-    for key in ("time_limit_seconds", "search_days"):
+    for key in ("time_limit_seconds", "memory_limit_mib", "search_days"):
         if key in data:
             value = option("", key).from_config(data[key], _where(path, key))
             setattr(config, "time_limit" if key == "time_limit_seconds" else key, value)

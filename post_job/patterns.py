@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import glob
+import os
 import re
 import string
 import time
@@ -114,6 +115,26 @@ def find_files(
         for pattern in patterns:
             found.update(glob.glob(expand_pattern(pattern, values)))
     return [Path(p) for p in sorted(found)]
+
+
+def pattern_roots(
+    patterns: list[str],
+    job: SlurmJob,
+    cluster: str | None,
+    logdir: str | None,
+    days: list[dt.date],
+) -> set[str]:
+    """The directories the patterns' files are in: each filled pattern up to its first
+    wildcard (the inputs found there must not be links leading elsewhere)."""
+    roots: set[str] = set()
+    for day in days:
+        values = expansion_values(job, cluster, day, logdir)
+        for pattern in patterns:
+            filled = expand_pattern(pattern, values)
+            wild = re.search(r"[*?[]", filled)
+            fixed = filled[: wild.start()] if wild else filled
+            roots.add(fixed if fixed.endswith("/") and wild else os.path.dirname(fixed) or "/")
+    return roots
 
 
 def output_path(pattern: str, job: SlurmJob, cluster: str | None) -> str:
