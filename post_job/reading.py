@@ -16,6 +16,7 @@ die: the parent retries each input alone to find them, then reads the others tog
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import json
 import logging
 import math
@@ -280,6 +281,7 @@ def _child(
 ) -> int:
     """Drop, bound, check the inputs, read, send; the exit status."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's handler is not ours
+    faulthandler.disable()  # a crash is the parent's one line, not a dump on stderr
     _die_with(parent)
     if policy.drops:
         _drop_privileges(policy)
