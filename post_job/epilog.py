@@ -29,7 +29,13 @@ from hpcmon.post_job.hook import run_job
 from hpcmon.post_job.job_report import write_job_report
 from hpcmon.post_job.lifetime import Watchdog, configure_logging, sending_deadline, stop_on_sigterm
 from hpcmon.post_job.model import JobContext
-from hpcmon.post_job.patterns import find_files, job_days, output_path, pattern_roots
+from hpcmon.post_job.patterns import (
+    filled_patterns,
+    find_files,
+    job_days,
+    output_path,
+    pattern_root,
+)
 from hpcmon.post_job.reading import ReadPolicy, default_memory_limit_mib, job_policy
 from hpcmon.post_job.slurm import SlurmEnvironmentError, SlurmJob, slurm_job
 from hpcmon.post_job.sources import SourceRequest
@@ -66,9 +72,11 @@ def source_requests(
             for key, value in source.options.items()
         }
         ordered = tuple(inputs.get(key, []) for key in SOURCE_INPUTS[source.name])
-        roots: set[str] = set()
-        for patterns in source.patterns.values():
-            roots |= pattern_roots(patterns, job, config.cluster, source.logdir, days)
+        roots = {
+            pattern_root(filled)
+            for patterns in source.patterns.values()
+            for filled in filled_patterns(patterns, job, config.cluster, source.logdir, days)
+        }
         requests.append(SourceRequest(source.name, ordered, options, tuple(sorted(roots))))
     return requests
 

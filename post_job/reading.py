@@ -18,7 +18,6 @@ from __future__ import annotations
 import ctypes
 import faulthandler
 import json
-import logging
 import math
 import os
 import pwd
@@ -35,9 +34,7 @@ from typing import Any
 from hpcmon.post_job import files
 from hpcmon.post_job.model import JobContext, SourceOutput
 from hpcmon.post_job.points import Point
-from hpcmon.post_job.sources import SourceRequest, load_entry, preload, run_source
-
-log = logging.getLogger("hpcmon.post_job")
+from hpcmon.post_job.sources import SourceRequest, collect, load_entry, preload, run_source
 
 MIB = 1024 * 1024
 MAX_DEFAULT_MEMORY_MIB = 4096
@@ -105,21 +102,7 @@ def collect_isolated(
     requests: Sequence[SourceRequest], job: JobContext, policy: ReadPolicy
 ) -> SourceOutput:
     """Every request read in its own bounded child (see the module docstring)."""
-    combined = SourceOutput()
-    for request in requests:
-        output = _read_request(request, job, policy)
-        log.info(
-            "job=%s source=%s points=%d errors=%d",
-            job.job_id,
-            request.name,
-            len(output.points),
-            len(output.errors),
-        )
-        combined.points.extend(output.points)
-        combined.errors.extend(f"{request.name}: {error}" for error in output.errors)
-        for warning in output.warnings:
-            log.warning("job=%s %s: %s", job.job_id, request.name, warning)
-    return combined
+    return collect(requests, job, lambda request, _: _read_request(request, job, policy))
 
 
 def _inputs(request: SourceRequest) -> list[tuple[int, Path]]:
@@ -283,15 +266,16 @@ def _child(
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's handler is not ours
     faulthandler.disable()  # a crash is the parent's one line, not a dump on stderr
     _die_with(parent)
+    reader = policy.reader_uid  # decided before the drop changes geteuid()
     if policy.drops:
         _drop_privileges(policy)
         _die_with(parent)  # the change of uid cleared it
     _bound(policy)
     refused: list[str] = []
-    if policy.reader_uid is not None:
+    if reader is not None:
         kept = []
         for item in _inputs(request):
-            problem = input_problem(item[1], request.roots, policy.reader_uid)
+            problem = input_problem(item[1], request.roots, reader)
             if problem:
                 refused.append(f"{item[1]}: refused: {problem}")
             else:

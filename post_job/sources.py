@@ -82,10 +82,16 @@ def run_source(request: SourceRequest, job: JobContext) -> SourceOutput:
     return output
 
 
-def collect(requests: Sequence[SourceRequest], job: JobContext) -> SourceOutput:
+def collect(
+    requests: Sequence[SourceRequest],
+    job: JobContext,
+    read: Callable[[SourceRequest, JobContext], SourceOutput] = run_source,
+) -> SourceOutput:
+    """Every request's output, each source's errors prefixed with its name; ``read`` runs one
+    request (in this process by default; reading.py reads in a bounded child)."""
     combined = SourceOutput()
     for request in requests:
-        output = run_source(request, job)
+        output = read(request, job)
         log.info(
             "job=%s source=%s points=%d errors=%d",
             job.job_id,
