@@ -20,7 +20,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import threading
 import time
@@ -67,7 +66,8 @@ def _python_for(uid: int, gid: int) -> list[str]:
     """An interpreter the job's user can run, with this virtualenv's packages: this one if it
     can, else the system's of the same version without its own site-packages (a pyenv
     interpreter under a private home cannot be run by another user)."""
-    bootstrap = f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r}); "
+    packages = Path(pytest.__file__).parents[1]  # the site-packages the tests run with
+    bootstrap = f"import site; site.addsitedir({str(packages)!r}); "
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
     for python in (sys.executable, f"/usr/bin/{version}", f"/usr/local/bin/{version}"):
         try:
@@ -124,7 +124,8 @@ def site(influxdb1) -> Iterator[Site]:
     shutil.copy(OTHER_LOG, day / "root_other_id1_1-1-1.darshan")
     shutil.copy(secret / "token", day / "root_token_id1_1-1-1.darshan")
     for name in ("root_other_id1_1-1-1.darshan", "root_token_id1_1-1-1.darshan"):
-        (day / name).chmod(0o600)
+        # root's: 0600; without root the test's own files, which only mode 000 keeps from it
+        (day / name).chmod(0o600 if ROOT else 0)
     own = day / f"{user}_app_id{JOB}_1-1-1.darshan"
     shutil.copy(OWN_LOG, own)
     own.chmod(0o600)  # readable by the user only: the drop must work both ways
