@@ -139,8 +139,7 @@ class _YamlEraReader(_RuntimeReader):
         pair = split_key_value(content)
         if pair is None:
             self.problems.add(
-                f"expected a section ('Regions:', 'Application Totals:', ...) "
-                f"in host {host.name!r}",
+                "expected a section ('Regions:', 'Application Totals:', ...) in a host",
                 lineno,
             )
             self.section, self.target = None, None
@@ -176,7 +175,7 @@ class _YamlEraReader(_RuntimeReader):
         elif self.section == "regions":
             self.problems.add("value before the first '-' of Regions", lineno)
         else:
-            self.problems.add(f"value outside any section in host {host.name!r}", lineno)
+            self.problems.add("value outside any section in a host", lineno)
 
 
 def _check_runtime_report(report: Report, problems: Problems) -> None:
@@ -190,16 +189,18 @@ def _check_runtime_report(report: Report, problems: Problems) -> None:
             problems.add("unreadable Start Time")
     if not report.hosts:
         problems.add("no host sections (missing 'Hosts:'; truncated report?)")
-    for host in report.hosts:
+    for number, host in enumerate(report.hosts, start=1):  # by position: names are the file's
         named = [region for region in host.regions if region.name]
         if len(named) != len(host.regions):
             problems.add(
-                f"host {host.name!r}: {len(host.regions) - len(named)} region(s) "
+                f"host {number} of {len(report.hosts)}: {len(host.regions) - len(named)} region(s) "
                 "without a name skipped"
             )
             host.regions = named
         if "application" not in host.totals:
-            problems.add(f"host {host.name!r}: no Application Totals (truncated report?)")
+            problems.add(
+                f"host {number} of {len(report.hosts)}: no Application Totals (truncated report?)"
+            )
 
 
 def parse_text_era(lines: list[str], path: Path, problems: Problems) -> Report:
@@ -286,6 +287,4 @@ class _TextEraReader(_RuntimeReader):
         elif self.host is None:
             self.problems.add("indented line before any 'Host:'", lineno)
         else:
-            self.problems.add(
-                f"value outside any region or totals in host {self.host.name!r}", lineno
-            )
+            self.problems.add("value outside any region or totals in a host", lineno)

@@ -38,12 +38,10 @@ def _finish_session(session: SessionReport, problems: Problems, where: str) -> b
             problems.add(f"{where}: unreadable sample-time-first")
     if not session.signals:
         problems.add(f"{where}: no metrics (truncated report?)")
-    for signal in session.signals:
+    for number, signal in enumerate(session.signals, start=1):  # names are the file's
         missing = [stat for stat in SESSION_STATS if stat not in signal.stats]
         if missing:
-            problems.add(
-                f"{where}: signal {signal.signal!r} lacks {', '.join(missing)} (truncated report?)"
-            )
+            problems.add(f"{where}: signal {number} lacks {', '.join(missing)} (truncated report?)")
     return True
 
 
@@ -111,7 +109,7 @@ def parse_session_yaml(lines: list[str], path: Path, problems: Problems) -> list
         if isinstance(number, float):
             signal.stats[key] = number
         else:
-            problems.add(f"signal {signal.signal!r}: {key} is not a number", lineno)
+            problems.add("a statistic is not a number", lineno)
     close(len(lines) + 1)
     return sessions
 

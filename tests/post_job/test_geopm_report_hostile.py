@@ -359,8 +359,7 @@ def test_session_document_cut_inside_its_statistics_is_reported() -> None:
         "max": 2.49659e9,
     }
     assert result.errors == [
-        f"{FAKE}: document at line 1: signal 'CPU_FREQUENCY_STATUS' "
-        "lacks mean, std (truncated report?)"
+        f"{FAKE}: document at line 1: signal 3 lacks mean, std (truncated report?)"
     ]
 
 
