@@ -17,6 +17,7 @@ import pwd
 import re
 import secrets
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -370,3 +371,22 @@ def test_read_as_uid_on_the_command_line(site: Site, tmp_path: Path) -> None:
     as_root = subprocess.run([*base, *inputs], capture_output=True, text=True, timeout=300)
     assert as_root.returncode == 0, as_root.stderr  # --user alone: read as root, as before
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_spooled_lines_carry_no_byte_of_the_planted_files(site: Site, mode: str) -> None:
+    """InfluxDB down: the job's lines wait in the spool, which holds nothing of the plants."""
+    data = yaml.safe_load(site.config.read_text())
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        data["writers"]["influx_v1"]["url"] = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    data["writers"]["request_timeout_seconds"] = 1.0
+    site.config.write_text(yaml.safe_dump(data))
+    proc = run_hook(site, mode == "job user")
+    spooled = list((site.base / "node" / "spool").rglob("*.spool"))
+    assert spooled, proc.stderr
+    written = everything_written(site)
+    _, _, user = job_user()
+    assert f"{user}_app_id{JOB}_1-1-1" in written
+    for text in (proc.stdout, proc.stderr, written):
+        assert site.token not in text
