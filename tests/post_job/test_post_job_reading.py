@@ -8,6 +8,7 @@ import os
 import signal
 import stat
 import sys
+import tempfile
 import types
 from pathlib import Path
 
@@ -157,3 +158,43 @@ def test_a_hostile_reply_is_refused_never_a_crash(reply) -> None:
     for point in decoded.output.points:
         assert isinstance(point.measurement, str) and isinstance(point.fields, dict)
         point.to_line()
+
+
+def credentials(paths, job) -> SourceOutput:
+    """A source reporting who it runs as, from the kernel's own account of it."""
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+    fields = {
+        key: status[key].split()[0] if key != "Groups" else status[key].strip()
+        for key in ("Uid", "Gid", "NoNewPrivs", "Groups")
+    }
+    fields["euid"] = str(os.geteuid())
+    fields["Uid_all"] = status["Uid"].strip()
+    return SourceOutput(points=[Point("who", {"jobid": job.job_id}, fields, 1)])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another user needs root")
+def test_the_child_has_dropped_for_good(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Root's file is refused; the user's is read by a process that is that user for good."""
+    module = types.ModuleType(MODULE)
+    module.collect = credentials
+    monkeypatch.setitem(sys.modules, MODULE, module)
+    monkeypatch.setitem(sources.SOURCE_ENTRIES, "geopm_report", (MODULE, "collect"))
+    policy = ReadPolicy(256, 5.0, uid=65534, gid=65534, user="nobody")
+    with tempfile.TemporaryDirectory() as directory:
+        base = Path(directory)
+        base.chmod(0o755)
+        roots = (str(base),)
+        (base / "root").write_text("x")
+        (base / "root").chmod(0o600)
+        (base / "user").write_text("x")
+        os.chown(base / "user", 65534, 65534)
+        paths = [base / "root", base / "user"]
+        request = SourceRequest("geopm_report", (paths,), roots=roots)
+        output = collect_isolated([request], JOB, policy)
+    assert output.errors == [
+        f"geopm_report: {base / 'root'}: refused: not readable by the job's user (uid 65534)"
+    ]
+    [who] = output.points
+    assert who.fields["Uid_all"].split() == ["65534"] * 4  # real, effective, saved, fs
+    assert who.fields["Gid"] == "65534" and who.fields["NoNewPrivs"] == "1"
+    assert who.fields["Groups"].split() == ["65534"]  # nobody's groups, none of root's
