@@ -10,6 +10,7 @@
 # Debian slim, not distroless: the chart's lctl mode runs `chroot` through /bin/sh, and its
 # energy_uj group mode runs find/chgrp/chmod in an init container of the same image.
 # The Python the test suite runs on (pyproject: requires-python >= 3.11).
+# checkov:skip=CKV_DOCKER_7: every FROM is this ARG, a versioned tag (checkov cannot expand it)
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 # --- the wheel -------------------------------------------------------------------------------
@@ -43,6 +44,8 @@ COPY --from=post-job-venv /opt/hpcmon /opt/hpcmon
 ENV PATH=/opt/hpcmon/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 # nobody:nogroup; the chart sets the uid that owns the spool.
 USER 65534:65534
+# A command that runs to completion (the chart's flush CronJob): nothing to probe.
+HEALTHCHECK NONE
 ENTRYPOINT ["hpcmon-post-job"]
 CMD ["--help"]
 
@@ -56,5 +59,8 @@ ENV PATH=/opt/hpcmon/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 # nobody:nogroup; the chart runs uid 0 only where the host's files demand it (energy_uj, lctl).
 USER 65534:65534
 EXPOSE 19325
+# The default listen address (the chart uses its own probes, on the port it sets).
+HEALTHCHECK --interval=30s --timeout=5s \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:19325/metrics', timeout=4)"]
 ENTRYPOINT ["hpcmon-exporter"]
 CMD ["--web.listen-address=:19325"]

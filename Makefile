@@ -12,7 +12,15 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
-venv: $(STAMP)
+# checkov in its own virtualenv (pyproject's `scan` extra: its pins clash with the test extra)
+CHECKOV_VENV ?= .venv-checkov
+CHECKOV_STAMP := $(CHECKOV_VENV)/.hpcmon-installed
+$(CHECKOV_STAMP): pyproject.toml
+	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install -q '.[scan]'
+	touch $(CHECKOV_STAMP)
+
+venv: $(STAMP) $(CHECKOV_STAMP)
 
 servers:
 	./scripts/install-servers.sh
@@ -31,4 +39,4 @@ lint: venv
 	$(VENV)/bin/ruff format --check .
 
 clean:
-	rm -rf $(VENV) build *.egg-info demo-run bench-results
+	rm -rf $(VENV) $(CHECKOV_VENV) build *.egg-info demo-run bench-results

@@ -31,6 +31,7 @@ from hpcmon.post_job.lifetime import (
 )
 from hpcmon.post_job.model import JobContext
 from hpcmon.post_job.options import add_flag, option
+from hpcmon.post_job.reading import default_memory_limit_mib, job_policy
 from hpcmon.post_job.sources import SourceRequest
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
@@ -60,6 +61,12 @@ class _Parser(argparse.ArgumentParser):
             flags = sorted({word.split("=")[0] for word in words if word.startswith("-")})
             message = f"unrecognized arguments: {' '.join(flags) or '(values without a flag)'}"
         self.exit(self.usage_status, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _uid(text: str) -> int:
+    if not (text.isascii() and text.isdigit() and len(text) <= 10):
+        raise argparse.ArgumentTypeError(f"must be a numeric uid, not {text[:40]!r}")
+    return int(text)
 
 
 def add_writer_arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,12 +105,26 @@ def build_parser() -> _Parser:
     )
     parser.add_argument("--job-id", dest="job_id", metavar="ID")
     parser.add_argument("--cluster", metavar="NAME")
-    parser.add_argument("--user", metavar="NAME", help="job owner (optional)")
+    parser.add_argument(
+        "--user",
+        metavar="NAME",
+        help="job owner, as named in the points (changes nothing about who reads)",
+    )
+    parser.add_argument(
+        "--read-as-uid",
+        dest="read_as_uid",
+        type=_uid,
+        metavar="UID",
+        help="read the inputs as this user (its passwd group and groups; root needed unless "
+        "it is the invoking user): files it cannot read, not owned by it or root, or links "
+        "leading out of the inputs' directories are refused",
+    )
     parser.add_argument(
         "--app",
         metavar="NAME",
         help="application name (tag app); default: the Darshan executable's base name",
     )
+    add_flag(parser, option("", "memory_limit_mib"), metavar="MIB")
     darshan = parser.add_argument_group("Darshan")
     darshan.add_argument("--darshan", nargs="+", action="extend", default=[], metavar="LOG")
     darshan.add_argument(
@@ -182,7 +203,16 @@ def writer_settings(
 
 
 def source_requests(options: argparse.Namespace) -> list[SourceRequest]:
-    """The source calls the flags ask for, with the contract's keyword options."""
+    """The source calls the flags ask for, with the contract's keyword options; the inputs
+    must stay in the directories they were named in (checked with --read-as-uid)."""
+    requests = _requests(options)
+    for request in requests:
+        named = [Path(p) for paths in request.inputs for p in paths]
+        request.roots = tuple(sorted({str(p.absolute().parent) for p in named}))
+    return requests
+
+
+def _requests(options: argparse.Namespace) -> list[SourceRequest]:
     requests: list[SourceRequest] = []
     if options.darshan or options.darshan_text:
         requests.append(
@@ -316,6 +346,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = writer_settings(options)
     except UsageError as exc:
         return _usage_error(str(exc))
+    try:
+        policy = job_policy(
+            options.read_as_uid,
+            None,
+            options.memory_limit_mib or default_memory_limit_mib(),
+            options.time_limit,
+        )
+    except ValueError as exc:
+        return _usage_error(f"--read-as-uid: {exc}")
     requests = source_requests(options)
     if not requests:
         log.warning(
@@ -327,7 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     with stop_on_sigterm(EXIT_PROBLEMS), Watchdog(options.time_limit, exit_code=EXIT_PROBLEMS):
         try:
-            report = run_job(job, requests, settings, sending_deadline(options.time_limit))
+            report = run_job(job, requests, settings, sending_deadline(options.time_limit), policy)
         except Exception as exc:  # noqa: BLE001 - a bug must still end in one clear line
             if missing_package(exc):
                 raise  # the extra is not installed: hpcmon.entry names it

@@ -22,6 +22,7 @@ from hpcmon.post_job.writers import (
     InfluxV2Writer,
     ServerWriter,
     deliver,
+    read_secret,
     read_token,
     url_problem,
     write_line_file,
@@ -61,8 +62,8 @@ class WriterSettings:
         if self.v2_url:
             self.v2_token = read_token(token_file, dict(environ))
         if self.v1_url:
-            self.v1_username = environ.get("INFLUX_USERNAME") or None
-            self.v1_password = environ.get("INFLUX_PASSWORD") or None
+            self.v1_username = read_secret("INFLUX_USERNAME", environ)
+            self.v1_password = read_secret("INFLUX_PASSWORD", environ)
 
     def server_writers(self) -> list[ServerWriter]:
         writers: list[ServerWriter] = []

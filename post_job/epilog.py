@@ -30,7 +30,14 @@ from hpcmon.post_job.hook import run_job
 from hpcmon.post_job.job_report import write_job_report
 from hpcmon.post_job.lifetime import Watchdog, configure_logging, sending_deadline, stop_on_sigterm
 from hpcmon.post_job.model import JobContext
-from hpcmon.post_job.patterns import find_files, job_days, output_path
+from hpcmon.post_job.patterns import (
+    filled_patterns,
+    find_files,
+    job_days,
+    output_path,
+    pattern_root,
+)
+from hpcmon.post_job.reading import ReadPolicy, default_memory_limit_mib, job_policy
 from hpcmon.post_job.slurm import SlurmEnvironmentError, SlurmJob, slurm_job
 from hpcmon.post_job.sources import SourceRequest
 
@@ -66,7 +73,12 @@ def source_requests(
             for key, value in source.options.items()
         }
         ordered = tuple(inputs.get(key, []) for key in SOURCE_INPUTS[source.name])
-        requests.append(SourceRequest(source.name, ordered, options))
+        roots = {
+            pattern_root(filled)
+            for patterns in source.patterns.values()
+            for filled in filled_patterns(patterns, job, config.cluster, source.logdir, days)
+        }
+        requests.append(SourceRequest(source.name, ordered, options, tuple(sorted(roots))))
     return requests
 
 
@@ -92,6 +104,15 @@ def writer_settings(
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     return settings
+
+
+def read_policy(config: EpilogConfig, job: SlurmJob) -> ReadPolicy:
+    """The job's user reads the job's inputs (ValueError when the hook cannot tell who that
+    is: as root it would otherwise read them with root's rights)."""
+    if job.uid is None and os.geteuid() == 0:
+        raise ValueError("the job's uid is unknown (no SLURM_JOB_UID, no passwd entry)")
+    memory = config.memory_limit_mib or default_memory_limit_mib()
+    return job_policy(job.uid, job.gid, memory, config.time_limit)
 
 
 def run_epilog(
@@ -136,9 +157,14 @@ def _run(config: EpilogConfig, env: Mapping[str, str], now: float | None, failur
     except ConfigError as exc:
         log.error("%s", exc)
         return failure
+    try:
+        policy = read_policy(config, job)
+    except ValueError as exc:
+        log.error("job=%s %s; no input read", job.job_id, exc)
+        return failure
     requests = source_requests(config, job, now)
     context = JobContext(job.job_id, config.cluster, job.user, epilog_app(config.app, job))
-    report = run_job(context, requests, settings, deadline)
+    report = run_job(context, requests, settings, deadline, policy)
     log.info("job=%s done: points=%d problems=%d", job.job_id, report.points, len(report.problems))
     if config.report is not None:
         write_job_report(config, job, settings, report, deadline)

@@ -40,6 +40,7 @@ _TOP_KEYS = {
     "app",
     "cluster",
     "time_limit_seconds",
+    "memory_limit_mib",
     "search_days",
     "strict",
     "log",
@@ -65,6 +66,7 @@ class SourceConfig:
 class EpilogConfig:
     cluster: str | None = None
     time_limit: float = DEFAULT_TIME_LIMIT
+    memory_limit_mib: int | None = None  # None: reading.default_memory_limit_mib()
     search_days: int = DEFAULT_SEARCH_DAYS  # days back to search when Slurm gives no times
     strict: bool = False
     syslog: bool = False
@@ -137,7 +139,7 @@ def parse_config(data: Mapping[str, Any], path: Path | str = "config") -> Epilog
         config.app = check_app_template(
             _text(data["app"], _where(path, "app")), _where(path, "app")
         )
-    for key in ("time_limit_seconds", "search_days"):
+    for key in ("time_limit_seconds", "memory_limit_mib", "search_days"):
         if key in data:
             value = option("", key).from_config(data[key], _where(path, key))
             setattr(config, "time_limit" if key == "time_limit_seconds" else key, value)

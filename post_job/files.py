@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import stat
 import tempfile
@@ -25,6 +26,21 @@ from typing import IO, Any
 from hpcmon.post_job.problems import Problems, SourceError
 
 GZIP_MAGIC = b"\x1f\x8b"
+# Set in a reading child (reading.py): the memory limit named by errors, and where the
+# source's output files go instead of the disk (the parent writes them).
+MEMORY_LIMIT_MIB: int | None = None
+_CAPTURED: dict[str, bytes] | None = None
+
+
+@contextlib.contextmanager
+def capture_outputs(into: dict[str, bytes]) -> Iterator[None]:
+    """Within the block, ``replaced_atomically`` keeps each file's bytes in ``into``."""
+    global _CAPTURED
+    previous, _CAPTURED = _CAPTURED, into
+    try:
+        yield
+    finally:
+        _CAPTURED = previous
 
 
 def not_a_regular_file(path: str | Path) -> str | None:
@@ -75,6 +91,12 @@ def _gunzip(data: bytes, path: Path, errors: list[str] | Problems) -> bytes:
 def replaced_atomically(path: str | Path, *, binary: bool = False) -> Iterator[IO[Any]]:
     """A handle on a temporary file beside ``path`` that replaces ``path`` once the block ends
     without error (flushed to disk first); on error the temporary file is removed."""
+    if _CAPTURED is not None:
+        buffer: Any = io.BytesIO() if binary else io.StringIO()
+        yield buffer
+        data = buffer.getvalue()
+        _CAPTURED[str(path)] = data if binary else data.encode("utf-8")
+        return
     path = Path(path)
     fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -107,5 +129,10 @@ def input_labels(paths: Sequence[Path]) -> list[str]:
 
 def unexpected_error(path: str | Path, doing: str, exc: BaseException) -> str:
     """``<file>: unexpected error while <doing> (<Type>: <message>)``: the catch-all line for
-    a bug or an input no check foresaw (the job's other inputs are still processed)."""
-    return f"{path}: unexpected error while {doing} ({type(exc).__name__}: {exc})"
+    a bug or an input no check foresaw (the job's other inputs are still processed). The
+    exception's type only: its message may quote the file (a parser's "could not convert
+    'xyz'")."""
+    if isinstance(exc, MemoryError):
+        limit = f" of {MEMORY_LIMIT_MIB} MiB" if MEMORY_LIMIT_MIB else ""
+        return f"{path}: not read: over the memory limit{limit} while {doing}"
+    return f"{path}: unexpected error while {doing} ({type(exc).__name__})"

@@ -18,6 +18,7 @@ from hpcmon.post_job.delivery import DestinationReport, WriterSettings, ship
 from hpcmon.post_job.lifetime import GUARD
 from hpcmon.post_job.lines import points_to_lines
 from hpcmon.post_job.model import JobContext
+from hpcmon.post_job.reading import ReadPolicy, collect_isolated
 from hpcmon.post_job.sources import SourceRequest, collect
 from hpcmon.post_job.writers import Deadline
 
@@ -40,10 +41,16 @@ class RunReport:
 
 
 def run_job(
-    job: JobContext, requests: Sequence[SourceRequest], settings: WriterSettings, deadline: Deadline
+    job: JobContext,
+    requests: Sequence[SourceRequest],
+    settings: WriterSettings,
+    deadline: Deadline,
+    policy: ReadPolicy | None = None,
 ) -> RunReport:
+    """``policy``: read the inputs in bounded children (reading.py), as the commands do;
+    None reads them in this process (library use)."""
     GUARD.note = "nothing of this run is spooled yet"
-    output = collect(requests, job)
+    output = collect(requests, job) if policy is None else collect_isolated(requests, job, policy)
     output.points = identify(output.points, job)
     lines, encode_problems = points_to_lines(output.points)
     report = RunReport(

@@ -5,6 +5,7 @@ A failure here is one line, never the epilog's status."""
 from __future__ import annotations
 
 import logging
+import stat
 from pathlib import Path
 
 from hpcmon.post_job.delivery import WriterSettings
@@ -15,6 +16,19 @@ from hpcmon.post_job.slurm import SlurmJob
 from hpcmon.post_job.writers import Deadline
 
 log = logging.getLogger("hpcmon.post_job.epilog")
+
+
+def report_dir_problem(directory: Path) -> str | None:
+    """Why the report must not be written there: a directory others can write to would let
+    a user swap the report (or the directory) for a link while root writes it."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        mode = directory.stat().st_mode
+    except OSError as exc:
+        return f"{directory}: cannot create: {exc.strerror or exc}"
+    if mode & stat.S_IWOTH:
+        return f"{directory}: writable by others (mode {stat.S_IMODE(mode):o}); refused"
+    return None
 
 
 def write_job_report(
@@ -46,6 +60,10 @@ def write_job_report(
         return None
     suffix = REPORT_FORMATS[config.report.format]
     target = Path(output_path(config.report.dir, job, config.cluster)) / f"{job.job_id}.{suffix}"
+    problem = report_dir_problem(target.parent)
+    if problem:
+        log.warning("job=%s report not written: %s", job.job_id, problem)
+        return None
     influx = InfluxSettings(
         v1_url=settings.v1_url,
         database=settings.v1_database,

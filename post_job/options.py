@@ -104,6 +104,15 @@ OPTIONS: tuple[Option, ...] = (
         epilog_default=60.0,
     ),
     Option(
+        "memory_limit_mib",
+        "--memory-limit-mib",
+        "int",
+        None,
+        "memory (MiB) each process reading the job's inputs may add to the hook's own "
+        "(default: a quarter of the node's memory, at most 4096)",
+        maximum=1_048_576,
+    ),
+    Option(
         "search_days",
         None,
         "int",

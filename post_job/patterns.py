@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import glob
+import os
 import re
 import string
 import time
@@ -100,6 +101,21 @@ def expansion_values(
     }
 
 
+def filled_patterns(
+    patterns: list[str],
+    job: SlurmJob,
+    cluster: str | None,
+    logdir: str | None,
+    days: list[dt.date],
+) -> set[str]:
+    """The patterns with their placeholders filled, for each of the given days."""
+    filled: set[str] = set()
+    for day in days:
+        values = expansion_values(job, cluster, day, logdir)
+        filled.update(expand_pattern(pattern, values) for pattern in patterns)
+    return filled
+
+
 def find_files(
     patterns: list[str],
     job: SlurmJob,
@@ -109,11 +125,17 @@ def find_files(
 ) -> list[Path]:
     """Every existing path matched by the patterns on any of the given days, sorted, unique."""
     found: set[str] = set()
-    for day in days:
-        values = expansion_values(job, cluster, day, logdir)
-        for pattern in patterns:
-            found.update(glob.glob(expand_pattern(pattern, values)))
+    for filled in filled_patterns(patterns, job, cluster, logdir, days):
+        found.update(glob.glob(filled))
     return [Path(p) for p in sorted(found)]
+
+
+def pattern_root(filled: str) -> str:
+    """The directory a filled pattern's files are in: the pattern up to its first wildcard
+    (the inputs found there must not be links leading elsewhere)."""
+    wild = re.search(r"[*?[]", filled)
+    fixed = filled[: wild.start()] if wild else filled
+    return fixed if fixed.endswith("/") and wild else os.path.dirname(fixed) or "/"
 
 
 def output_path(pattern: str, job: SlurmJob, cluster: str | None) -> str:

@@ -18,6 +18,7 @@ class SlurmJob:
     start: float | None
     end: float | None
     job_name: str | None = None  # SLURM_JOB_NAME (user's text: the epilog's app: may use it)
+    gid: str | None = None
 
 
 def _epoch(value: str | None) -> float | None:
@@ -47,13 +48,20 @@ def slurm_job(environ: Mapping[str, str]) -> SlurmJob | None:
     uid = environ.get("SLURM_JOB_UID", "").strip() or None
     if user is not None and user_name_problem(user):
         raise SlurmEnvironmentError(f"SLURM_JOB_USER: {user_name_problem(user)}")
-    if uid is not None and not (uid.isascii() and uid.isdigit() and len(uid) <= 10):
-        raise SlurmEnvironmentError(f"SLURM_JOB_UID={uid[:40]!r} is not a uid")
-    if user is None and uid is not None and uid.isdigit():
+    gid = environ.get("SLURM_JOB_GID", "").strip() or None
+    for name, value in (("SLURM_JOB_UID", uid), ("SLURM_JOB_GID", gid)):
+        if value is not None and not (value.isascii() and value.isdigit() and len(value) <= 10):
+            raise SlurmEnvironmentError(f"{name}={value[:40]!r} is not a number")
+    if user is None and uid is not None:
         try:
             user = pwd.getpwuid(int(uid)).pw_name
         except KeyError:
             user = None
+    if uid is None and user is not None:
+        try:
+            uid = str(pwd.getpwnam(user).pw_uid)
+        except KeyError:
+            uid = None
     return SlurmJob(
         job_id,
         user,
@@ -61,4 +69,5 @@ def slurm_job(environ: Mapping[str, str]) -> SlurmJob | None:
         _epoch(environ.get("SLURM_JOB_START_TIME")),
         _epoch(environ.get("SLURM_JOB_END_TIME")),
         environ.get("SLURM_JOB_NAME") or None,
+        gid,
     )

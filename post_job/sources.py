@@ -33,6 +33,25 @@ class SourceRequest:
     name: str
     inputs: tuple[Any, ...]
     options: dict[str, Any] = field(default_factory=dict)
+    # directories the inputs must stay in once links are followed (checked when reading as
+    # the job's user; see reading.py)
+    roots: tuple[str, ...] = ()
+
+
+# modules a source imports only when it reads: imported before a reading child drops to the
+# job's user, who may not be allowed to read the installed code
+SOURCE_PRELOADS: dict[str, tuple[str, ...]] = {
+    "darshan": ("darshan", "darshan.backend.cffi_backend", "darshan.report"),
+}
+
+
+def preload(name: str) -> None:
+    """Import what the source will need (ImportError when it cannot be)."""
+    for module in SOURCE_PRELOADS.get(name, ()):
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # noqa: BLE001 - one line, as for the entry itself
+            raise ImportError(f"{module} cannot be imported: {type(exc).__name__}") from exc
 
 
 def load_entry(name: str) -> Callable[..., SourceOutput]:
@@ -68,10 +87,16 @@ def run_source(request: SourceRequest, job: JobContext) -> SourceOutput:
     return output
 
 
-def collect(requests: Sequence[SourceRequest], job: JobContext) -> SourceOutput:
+def collect(
+    requests: Sequence[SourceRequest],
+    job: JobContext,
+    read: Callable[[SourceRequest, JobContext], SourceOutput] = run_source,
+) -> SourceOutput:
+    """Every request's output, each source's errors prefixed with its name; ``read`` runs one
+    request (in this process by default; reading.py reads in a bounded child)."""
     combined = SourceOutput()
     for request in requests:
-        output = run_source(request, job)
+        output = read(request, job)
         log.info(
             "job=%s source=%s points=%d errors=%d",
             job.job_id,

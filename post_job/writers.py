@@ -28,7 +28,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -368,3 +368,12 @@ def read_token(token_file: str | Path | None, environ: dict[str, str] | None = N
             raise ValueError(f"{token_file}: token file is empty")
         return token
     return env.get("INFLUX_TOKEN") or None
+
+
+def read_secret(name: str, environ: Mapping[str, str]) -> str | None:
+    """The environment variable ``name``, or the content of the file ``<name>_FILE`` names
+    (a mounted Kubernetes Secret: the value never appears in the pod's spec)."""
+    path = environ.get(f"{name}_FILE")
+    if path:
+        return read_token(path)
+    return environ.get(name) or None

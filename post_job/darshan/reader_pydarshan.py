@@ -305,7 +305,7 @@ def _serve(conn: Connection, stderr_fd: int) -> None:
         except SourceError as exc:
             result = exc
         except Exception as exc:
-            result = SourceError(f"{path}: cannot read the log ({type(exc).__name__}: {exc})")
+            result = SourceError(f"{path}: cannot read the log ({type(exc).__name__})")
         conn.send(result)
         del result
         if report is not None:
@@ -325,7 +325,7 @@ def _check_looks_like_log(path: Path) -> None:
     if not head:
         raise SourceError(f"{path}: empty file, not a Darshan log")
     if not head.startswith(_MAGIC_PREFIXES):
-        raise SourceError(f"{path}: not a Darshan log (bad version header {head[:8]!r})")
+        raise SourceError(f"{path}: not a Darshan log: bad magic (no version header)")
 
 
 def _read_report(path: Path, report) -> _PackedLog:
@@ -338,7 +338,7 @@ def _read_report(path: Path, report) -> _PackedLog:
             report.read_name_records()
             log.names = {int(k): str(v) for k, v in report.name_records.items()}
         except Exception as exc:
-            log.problems.append(f"{path}: cannot read the record name table ({exc})")
+            log.problems.append(f"{path}: cannot read the record name table ({type(exc).__name__})")
     for module, info in module_info.items():
         if info.get("partial_flag"):
             log.partial_modules.append(module)
@@ -353,7 +353,7 @@ def _read_report(path: Path, report) -> _PackedLog:
         elif module in SKIPPED_MODULES:
             log.skipped_modules.append(module)
         else:
-            log.problems.append(f"{path}: unknown module {module!r} skipped")
+            log.problems.append(f"{path}: a module unknown to this reader skipped")
     job.header_lines = _header_lines(job, module_info, report)
     return packed
 
@@ -382,7 +382,7 @@ def _read_module(path: Path, report, module: str, problems: list[str]) -> _Packe
         counter_names = list(backend.counter_names(module))
         fcounter_names = list(backend.fcounter_names(module))
     except Exception as exc:
-        problems.append(f"{path}: cannot read module {module} ({exc}); skipped")
+        problems.append(f"{path}: cannot read module {module} ({type(exc).__name__}); skipped")
         return None
     n = len(records)
     ids = np.fromiter((rec["id"] for rec in records), dtype=np.uint64, count=n)
@@ -403,7 +403,7 @@ def _read_heatmaps(path: Path, report, names: dict[int, str], problems) -> list[
     try:
         report.read_all_heatmap_records()
     except Exception as exc:
-        problems.append(f"{path}: cannot read the HEATMAP module ({exc}); skipped")
+        problems.append(f"{path}: cannot read the HEATMAP module ({type(exc).__name__}); skipped")
         return []
     ids_by_name = {name: rid for rid, name in names.items() if name.startswith("heatmap:")}
     packed: list[_PackedHeatmap] = []

@@ -287,23 +287,23 @@ def _bad_line_reason(fields: list[str]) -> str | None:
         return f"expected at least 5 tab-separated fields, found {len(fields)}"
     module, rank, record_id, counter, value = fields[:5]
     if not _MODULE_NAME.match(module):
-        return f"bad module name {module[:40]!r}"
+        return "bad module name"
     try:
         rank_number = int(rank)
     except ValueError:
-        return f"bad rank {rank[:40]!r}"
+        return "bad rank (not an integer)"
     if not -1 <= rank_number < 2**31:
         return f"rank {rank_number} out of range"
     if not record_id.isdigit() or int(record_id) > _UINT64_MAX:
-        return f"bad record id {record_id[:40]!r}"
+        return "bad record id (not a 64-bit unsigned integer)"
     if not _COUNTER_NAME.match(counter):
-        return f"bad counter name {counter[:40]!r}"
+        return "bad counter name"
     try:
         number = float(value)
     except ValueError:
-        return f"bad value {value[:40]!r}"
+        return "bad value (not a number)"
     if not np.isfinite(number):
-        return f"value {value[:40]!r} is not finite"
+        return "value is not finite"
     return None
 
 
@@ -320,7 +320,7 @@ def _build_tables(path: Path, rows: _Rows, log: DarshanLog, partial: set[str]) -
             table.partial = module in partial
             log.modules[module] = table
         elif module not in SKIPPED_MODULES:
-            log.problems.append(f"{path}: unknown module {module!r} skipped")
+            log.problems.append(f"{path}: a module unknown to this reader skipped")
 
 
 def _group_records(rows: _Rows, index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

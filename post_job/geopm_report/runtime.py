@@ -78,9 +78,7 @@ class _YamlEraReader(_RuntimeReader):
             return
         pair = split_key_value(content)
         if pair is None:
-            self.problems.add(
-                f"expected 'key: value' at the top level, got {content[:60]!r}", lineno
-            )
+            self.problems.add("expected 'key: value' at the top level", lineno)
             return
         key, value = pair
         if key == "Hosts" and not value:
@@ -92,7 +90,7 @@ class _YamlEraReader(_RuntimeReader):
 
     def _nested_header(self, content: str, lineno: int) -> None:
         if self.last_header_key is None:
-            self.problems.add(f"indented line before any header key: {content[:60]!r}", lineno)
+            self.problems.add("indented line before any header key", lineno)
         else:  # a nested header value, e.g. Policy: / Initial Controls: ...
             append_line(self.report.header, self.last_header_key, content)
 
@@ -103,7 +101,7 @@ class _YamlEraReader(_RuntimeReader):
             self._host_name(content, lineno)
             return
         if self.host is None:
-            self.problems.add(f"line outside any host: {content[:60]!r}", lineno)
+            self.problems.add("line outside any host", lineno)
             return
         if self.section_indent is None:
             self.section_indent = indent
@@ -118,9 +116,7 @@ class _YamlEraReader(_RuntimeReader):
 
     def _host_name(self, content: str, lineno: int) -> None:
         if not content.endswith(":") or content.startswith("-"):
-            self.problems.add(
-                f"expected a host name ('name:') under Hosts, got {content[:60]!r}", lineno
-            )
+            self.problems.add("expected a host name ('name:') under Hosts", lineno)
             self.host, self.section, self.target = None, None, None
             return
         self.host = HostReport(name=unquote(content[:-1].strip()))
@@ -143,8 +139,7 @@ class _YamlEraReader(_RuntimeReader):
         pair = split_key_value(content)
         if pair is None:
             self.problems.add(
-                f"expected a section ('Regions:', 'Application Totals:', ...) "
-                f"in host {host.name!r}, got {content[:60]!r}",
+                "expected a section ('Regions:', 'Application Totals:', ...) in a host",
                 lineno,
             )
             self.section, self.target = None, None
@@ -180,7 +175,7 @@ class _YamlEraReader(_RuntimeReader):
         elif self.section == "regions":
             self.problems.add("value before the first '-' of Regions", lineno)
         else:
-            self.problems.add(f"value outside any section in host {host.name!r}", lineno)
+            self.problems.add("value outside any section in a host", lineno)
 
 
 def _check_runtime_report(report: Report, problems: Problems) -> None:
@@ -191,19 +186,21 @@ def _check_runtime_report(report: Report, problems: Problems) -> None:
     if start is not None:
         report.start_time_ns = parse_start_time(start)
         if report.start_time_ns is None:
-            problems.add(f"unreadable Start Time {start[:40]!r}")
+            problems.add("unreadable Start Time")
     if not report.hosts:
         problems.add("no host sections (missing 'Hosts:'; truncated report?)")
-    for host in report.hosts:
+    for number, host in enumerate(report.hosts, start=1):  # by position: names are the file's
         named = [region for region in host.regions if region.name]
         if len(named) != len(host.regions):
             problems.add(
-                f"host {host.name!r}: {len(host.regions) - len(named)} region(s) "
+                f"host {number} of {len(report.hosts)}: {len(host.regions) - len(named)} region(s) "
                 "without a name skipped"
             )
             host.regions = named
         if "application" not in host.totals:
-            problems.add(f"host {host.name!r}: no Application Totals (truncated report?)")
+            problems.add(
+                f"host {number} of {len(report.hosts)}: no Application Totals (truncated report?)"
+            )
 
 
 def parse_text_era(lines: list[str], path: Path, problems: Problems) -> Report:
@@ -263,11 +260,11 @@ class _TextEraReader(_RuntimeReader):
     def _block(self, content: str, match: re.Match[str] | None, lineno: int) -> None:
         host = self.host
         if host is None:
-            self.problems.add(f"{content[:60]!r} before any 'Host:' line", lineno)
+            self.problems.add("a line before any 'Host:' line", lineno)
             return
         if match is None:
             if content[:-1] not in SCOPE_BY_SECTION:
-                self.problems.add(f"unknown totals section {content[:60]!r}", lineno)
+                self.problems.add("unknown totals section", lineno)
                 return
             self.target = host.totals.setdefault(SCOPE_BY_SECTION[content[:-1]], {})
         elif match.group(1) == "unmarked-region":
@@ -288,8 +285,6 @@ class _TextEraReader(_RuntimeReader):
         elif self.extra_key is not None and self.host is not None:
             append_line(self.host.extras, self.extra_key, content)
         elif self.host is None:
-            self.problems.add(f"indented line before any 'Host:': {content[:60]!r}", lineno)
+            self.problems.add("indented line before any 'Host:'", lineno)
         else:
-            self.problems.add(
-                f"value outside any region or totals in host {self.host.name!r}", lineno
-            )
+            self.problems.add("value outside any region or totals in a host", lineno)

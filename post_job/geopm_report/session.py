@@ -35,17 +35,13 @@ def _finish_session(session: SessionReport, problems: Problems, where: str) -> b
     if session.sample_time_first is not None:
         session.start_time_ns = parse_iso_time(session.sample_time_first)
         if session.start_time_ns is None:
-            problems.add(
-                f"{where}: unreadable sample-time-first {session.sample_time_first[:40]!r}"
-            )
+            problems.add(f"{where}: unreadable sample-time-first")
     if not session.signals:
         problems.add(f"{where}: no metrics (truncated report?)")
-    for signal in session.signals:
+    for number, signal in enumerate(session.signals, start=1):  # names are the file's
         missing = [stat for stat in SESSION_STATS if stat not in signal.stats]
         if missing:
-            problems.add(
-                f"{where}: signal {signal.signal!r} lacks {', '.join(missing)} (truncated report?)"
-            )
+            problems.add(f"{where}: signal {number} lacks {', '.join(missing)} (truncated report?)")
     return True
 
 
@@ -98,7 +94,7 @@ def parse_session_yaml(lines: list[str], path: Path, problems: Problems) -> list
                     session.summary[key] = number
             continue
         if not in_metrics:
-            problems.add(f"unexpected indented line {content[:60]!r}", lineno)
+            problems.add("unexpected indented line", lineno)
             continue
         if signal_indent is None:
             signal_indent = indent
@@ -113,7 +109,7 @@ def parse_session_yaml(lines: list[str], path: Path, problems: Problems) -> list
         if isinstance(number, float):
             signal.stats[key] = number
         else:
-            problems.add(f"signal {signal.signal!r}: {key} is not a number: {value[:40]!r}", lineno)
+            problems.add("a statistic is not a number", lineno)
     close(len(lines) + 1)
     return sessions
 
@@ -183,7 +179,7 @@ def _session_from_row(
             number = parse_value(cell)
             if not isinstance(number, float):
                 column = f"{name}-{stat}" if stat else name
-                problems.add(f"column {column} is not a number: {cell[:40]!r}", lineno)
+                problems.add(f"column {column} is not a number", lineno)
             elif stat is None:
                 session.summary[name] = number
             else:

@@ -113,7 +113,7 @@ def parse_iso_time(text: str) -> int | None:
 def key_value_or_report(content: str, problems: Problems, lineno: int) -> tuple[str, str] | None:
     pair = split_key_value(content)
     if pair is None:
-        problems.add(f"expected 'key: value', got {content[:60]!r}", lineno)
+        problems.add("expected 'key: value'", lineno)
     return pair
 
 

@@ -55,8 +55,8 @@ def _read_version(path: Path) -> str:
     try:
         version = raw.decode("ascii")
     except UnicodeDecodeError:
-        raise SourceError(f"{version_file}: VERSION is not text: {raw!r}") from None
+        raise SourceError(f"{version_file}: VERSION is not ASCII text") from None
     parts = version.split(".")
     if not 2 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
-        raise SourceError(f"{version_file}: unrecognised version string {version!r}")
+        raise SourceError(f"{version_file}: unrecognised version string (not N.N or N.N.N)")
     return version

@@ -198,10 +198,19 @@ def _malformed_reason(event: object, exc: Exception) -> str:
     """A short reason without the bad value itself, so that reasons stay few."""
     if not isinstance(event, dict):
         return f"event is a {type(event).__name__}, not an object"
-    phase = repr(event.get("ph"))[:12]
+    ph = event.get("ph")
+    # the trace's own bytes are never quoted: only the phases and fields the format defines
+    phase = repr(ph) if isinstance(ph, str) and ph in _PHASES else "of an unknown kind"
     if isinstance(exc, KeyError):
-        return f"missing field {str(exc.args[0])[:20]!r} in phase {phase}"
+        if exc.args and exc.args[0] in _FIELDS:
+            return f"missing field {exc.args[0]!r} in phase {phase}"
+        return f"a missing field in phase {phase}"
     return f"non-numeric, negative or out-of-range value in phase {phase}"
+
+
+# Trace Event Format phases and the event fields the reader looks up.
+_PHASES = frozenset("BEXiIMCbneSTpFstfPOND(),RGc")
+_FIELDS = frozenset(("ph", "ts", "dur", "pid", "tid", "name", "args"))
 
 
 def _read_metadata(event: dict, trace: ViztracerTrace) -> None:

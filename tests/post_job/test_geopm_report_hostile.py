@@ -292,7 +292,8 @@ def test_not_a_report(tmp_path: Path) -> None:
     path = tmp_path / "darshan.txt"
     path.write_text("# darshan log version: 3.41\nPOSIX 0 123 POSIX_OPENS 4\n")
     [error] = parse_report_file(path).errors
-    assert error.startswith(f"{path}: not a GEOPM report: first line")
+    assert error.startswith(f"{path}: not a GEOPM report: unknown first line")
+    assert "3.41" not in error and "POSIX" not in error  # the file's bytes are never quoted
 
 
 def test_line_errors_carry_line_numbers() -> None:
@@ -300,7 +301,7 @@ def test_line_errors_carry_line_numbers() -> None:
     lines = text.splitlines()
     lines[14] = "      this line has no colon"
     result = parse_report_text("\n".join(lines), FAKE)
-    assert result.errors == [f"{FAKE}:15: expected 'key: value', got 'this line has no colon'"]
+    assert result.errors == [f"{FAKE}:15: expected 'key: value'"]
     [report] = result.reports
     assert report.hosts[0].totals["application"]["runtime (s)"] == 33.9054
 
@@ -358,8 +359,7 @@ def test_session_document_cut_inside_its_statistics_is_reported() -> None:
         "max": 2.49659e9,
     }
     assert result.errors == [
-        f"{FAKE}: document at line 1: signal 'CPU_FREQUENCY_STATUS' "
-        "lacks mean, std (truncated report?)"
+        f"{FAKE}: document at line 1: signal 3 lacks mean, std (truncated report?)"
     ]
 
 

@@ -44,7 +44,9 @@ def slurm_env(job_id: str = "4711", user: str = "alice", **extra: str) -> dict[s
         for k, v in os.environ.items()
         if not k.startswith("SLURM") and "proxy" not in k.lower()
     }
-    env.update({"SLURM_JOB_ID": job_id, "SLURM_JOB_USER": user, "SLURM_JOB_UID": "1000"})
+    # the job runs as the tests do: the hook reads the files the test wrote as the user who
+    # wrote them (test_post_job_privileges.py runs jobs of another user)
+    env.update({"SLURM_JOB_ID": job_id, "SLURM_JOB_USER": user, "SLURM_JOB_UID": str(os.getuid())})
     env.update(extra)
     return env
 

@@ -323,3 +323,22 @@ def test_influxdb1_retention_policy(influxdb1: servers.InfluxDB1) -> None:
     assert influxdb1.series('SELECT * FROM "pj_rp"', db="rp_db") == []  # not in the default RP
     series = influxdb1.series('SELECT count("bytes") FROM "rp_db"."keep"."pj_rp"', db="rp_db")
     assert series[0]["values"][0][1] == 3
+
+
+def test_v1_credentials_from_files_a_secret_mounts(tmp_path: Path) -> None:
+    """INFLUX_USERNAME_FILE / INFLUX_PASSWORD_FILE (the chart's flush CronJob mounts its
+    Secret): the files' content, never the file names, become the credentials."""
+    (tmp_path / "username").write_text("hpcmon\n")
+    (tmp_path / "password").write_text("s3cret\n")
+    settings = WriterSettings(v1_url="http://127.0.0.1:8086", v1_database="d")
+    settings.add_secrets(
+        None,
+        {
+            "INFLUX_USERNAME_FILE": str(tmp_path / "username"),
+            "INFLUX_PASSWORD_FILE": str(tmp_path / "password"),
+            "INFLUX_PASSWORD": "ignored when the file is given",
+        },
+    )
+    assert (settings.v1_username, settings.v1_password) == ("hpcmon", "s3cret")
+    with pytest.raises(ValueError, match="missing: cannot read"):
+        settings.add_secrets(None, {"INFLUX_PASSWORD_FILE": str(tmp_path / "missing")})

@@ -2,7 +2,8 @@
 One exporter DaemonSet. Call with a dict:
   root: $, role: "lustre"|"compute", settings: the role's values,
   args: list of role flags, mounts / volumes / initContainers: lists of maps,
-  podSecurityContext / containerSecurityContext: maps.
+  podSecurityContext / containerSecurityContext: maps,
+  skips: checkov checks this role skips, "CHECK=reason" each (optional).
 */}}
 {{- define "hpcmon.daemonset" -}}
 {{- $root := .root }}
@@ -15,6 +16,12 @@ metadata:
   namespace: {{ include "hpcmon.namespace" $root }}
   labels:
     {{- include "hpcmon.roleLabels" (list $root .role) | nindent 4 }}
+  {{- $skips := concat (include "hpcmon.checkovCommonSkips" (list $root $root.Values.image) | fromYamlArray) (.skips | default list) }}
+  {{- if $settings.hostNetwork }}
+  {{- $skips = append $skips "CKV_K8S_19=hostNetwork is an opt-in value: the exporter then listens on the node's address" }}
+  {{- end }}
+  annotations:
+    {{- include "hpcmon.checkovAnnotations" $skips | nindent 4 }}
 spec:
   selector:
     matchLabels:

@@ -142,3 +142,25 @@ A Kubernetes object name from a free-form name (a dashboard uid, a file name).
 {{- define "hpcmon.dnsName" -}}
 {{- regexReplaceAll "[^a-z0-9-]+" (lower .) "-" | trimAll "-" }}
 {{- end }}
+
+{{/*
+checkov's exceptions, made where they apply: the checks every workload of the chart skips,
+with their reasons, as a YAML list of "CHECK=reason". Call with (list $ image-values).
+*/}}
+{{- define "hpcmon.checkovCommonSkips" -}}
+{{- $image := index . 1 -}}
+- "CKV_K8S_11=No CPU limit: CFS throttling would delay scrapes and flushes; CPU is requested, memory is limited"
+- "CKV_K8S_15=The images are versioned (tag or image.digest): IfNotPresent by default, pullPolicy is a value"
+{{- if not $image.digest }}
+- "CKV_K8S_43=Pinned by version tag by default; set image.digest to pull by digest"
+{{- end }}
+{{- end }}
+
+{{/*
+checkov.io/skipN annotations from a list of "CHECK=reason" strings (checkov's in-place skips).
+*/}}
+{{- define "hpcmon.checkovAnnotations" -}}
+{{- range $index, $skip := . }}
+checkov.io/skip{{ add1 $index }}: {{ $skip | quote }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,200 @@
+"""The reading child (post_job/reading.py): what it sends back, what the parent accepts and
+writes, and what a child that dies costs (only the inputs that kill it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import sys
+import tempfile
+import types
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hpcmon.post_job import files, sources
+from hpcmon.post_job.model import JobContext, SourceOutput
+from hpcmon.post_job.points import Point
+from hpcmon.post_job.reading import ReadPolicy, _decode, collect_isolated, input_problem
+from hpcmon.post_job.sources import SourceRequest
+
+JOB = JobContext("77", "c1")
+MODULE = "hpcmon_test_reading_source"
+
+
+def collect(paths, job, *, out: Path | None = None, stray: Path | None = None) -> SourceOutput:
+    """A source that reads each input's text; "crash" kills it, "spin" burns CPU forever,
+    "big" allocates 4 GiB; writes ``out`` (and a numbered sibling) and ``stray``."""
+    output = SourceOutput()
+    for path in paths:
+        text = Path(path).read_text()
+        if "crash" in text:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if "spin" in text:
+            while True:
+                pass
+        if "big" in text:
+            try:
+                bytearray(4 << 30)
+            except MemoryError as exc:
+                output.errors.append(files.unexpected_error(path, "reading", exc))
+                continue
+        output.points.append(Point("t", {"jobid": job.job_id, "in": Path(path).name}, {"v": 1}, 1))
+    for target in (out, out.with_name(f"{out.stem}.2{out.suffix}") if out else None, stray):
+        if target is not None:
+            with files.replaced_atomically(target) as handle:
+                handle.write(f"{len(paths)} inputs\n")
+    return output
+
+
+@pytest.fixture
+def source(monkeypatch: pytest.MonkeyPatch) -> str:
+    module = types.ModuleType(MODULE)
+    module.collect = collect
+    monkeypatch.setitem(sys.modules, MODULE, module)
+    monkeypatch.setitem(sources.SOURCE_ENTRIES, "geopm_report", (MODULE, "collect"))
+    return "geopm_report"
+
+
+def inputs(tmp_path: Path, **texts: str) -> list[Path]:
+    paths = []
+    for name, text in texts.items():
+        path = tmp_path / name
+        path.write_text(text)
+        paths.append(path)
+    return paths
+
+
+def test_a_crashing_input_costs_only_itself(tmp_path: Path, source: str) -> None:
+    paths = inputs(tmp_path, a="fine", b="crash", c="fine too")
+    output = collect_isolated([SourceRequest(source, (paths,))], JOB, ReadPolicy(256))
+    assert sorted(p.tags["in"] for p in output.points) == ["a", "c"]
+    assert output.errors == [
+        f"geopm_report: {paths[1]}: not read: the reading process crashed with signal SIGSEGV "
+        "(the memory limit of 256 MiB)"
+    ]
+
+
+def test_cpu_time_is_bounded_by_the_time_limit(tmp_path: Path, source: str) -> None:
+    paths = inputs(tmp_path, spin="spin")
+    output = collect_isolated([SourceRequest(source, (paths,))], JOB, ReadPolicy(256, 1.0))
+    assert output.points == []
+    assert output.errors == [
+        f"geopm_report: {paths[0]}: not read: the reading process was stopped at the CPU time "
+        "limit of 1 s"
+    ]
+
+
+def test_memory_over_the_limit_is_one_line_and_the_rest_is_read(
+    tmp_path: Path, source: str
+) -> None:
+    paths = inputs(tmp_path, big="big", small="small")
+    output = collect_isolated([SourceRequest(source, (paths,))], JOB, ReadPolicy(128))
+    assert [p.tags["in"] for p in output.points] == ["small"]
+    assert output.errors == [
+        f"geopm_report: {paths[0]}: not read: over the memory limit of 128 MiB while reading"
+    ]
+
+
+def test_the_parent_writes_only_the_named_outputs(tmp_path: Path, source: str) -> None:
+    out, stray = tmp_path / "out" / "clean.json", tmp_path / "stray.txt"
+    out.parent.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    out.symlink_to(victim)  # a link at the target is replaced, not followed
+    request = SourceRequest(source, (inputs(tmp_path, a="x"),), {"out": out, "stray": None})
+    request.options["stray"] = str(stray)  # not a Path option: not an output
+    output = collect_isolated([request], JOB, ReadPolicy(256))
+    assert out.read_text() == "1 inputs\n" and not out.is_symlink()
+    assert victim.read_text() == "keep"
+    assert (out.parent / "clean.2.json").read_text() == "1 inputs\n"
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert not stray.exists()
+    assert output.errors == [f"geopm_report: {stray}: not an output of this source; not written"]
+
+
+def test_refusals_name_the_file_and_the_reason(tmp_path: Path) -> None:
+    inside, outside = tmp_path / "logs", tmp_path / "elsewhere"
+    inside.mkdir()
+    outside.mkdir()
+    (outside / "secret").write_text("TOKEN")
+    (inside / "link").symlink_to(outside / "secret")
+    (inside / "own").write_text("data")
+    uid = os.geteuid()
+    assert input_problem(inside / "own", [str(inside)], uid) is None
+    assert input_problem(inside / "link", [str(inside)], uid) == (
+        "a symbolic link leading out of the configured directories"
+    )
+    assert input_problem(inside / "missing", [str(inside)], uid).startswith("cannot look at it")
+    if uid != 0:
+        assert "owned by uid" in input_problem(inside / "own", [str(inside)], uid + 1)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300)
+@given(
+    st.fixed_dictionaries(
+        {"points": st.lists(JSON, max_size=3), "errors": JSON, "warnings": JSON, "outputs": JSON}
+    )
+    | JSON
+)
+def test_a_hostile_reply_is_refused_never_a_crash(reply) -> None:
+    """Whatever a child sends, the parent gets a checked reply or a refusal."""
+    message = json.dumps(reply).encode()
+    try:
+        decoded = _decode(message, [])
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return
+    for point in decoded.output.points:
+        assert isinstance(point.measurement, str) and isinstance(point.fields, dict)
+        point.to_line()
+
+
+def credentials(paths, job) -> SourceOutput:
+    """A source reporting who it runs as, from the kernel's own account of it."""
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+    fields = {
+        key: status[key].split()[0] if key != "Groups" else status[key].strip()
+        for key in ("Uid", "Gid", "NoNewPrivs", "Groups")
+    }
+    fields["euid"] = str(os.geteuid())
+    fields["Uid_all"] = status["Uid"].strip()
+    return SourceOutput(points=[Point("who", {"jobid": job.job_id}, fields, 1)])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another user needs root")
+def test_the_child_has_dropped_for_good(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Root's file is refused; the user's is read by a process that is that user for good."""
+    module = types.ModuleType(MODULE)
+    module.collect = credentials
+    monkeypatch.setitem(sys.modules, MODULE, module)
+    monkeypatch.setitem(sources.SOURCE_ENTRIES, "geopm_report", (MODULE, "collect"))
+    policy = ReadPolicy(256, 5.0, uid=65534, gid=65534, user="nobody")
+    with tempfile.TemporaryDirectory() as directory:
+        base = Path(directory)
+        base.chmod(0o755)
+        roots = (str(base),)
+        (base / "root").write_text("x")
+        (base / "root").chmod(0o600)
+        (base / "user").write_text("x")
+        os.chown(base / "user", 65534, 65534)
+        paths = [base / "root", base / "user"]
+        request = SourceRequest("geopm_report", (paths,), roots=roots)
+        output = collect_isolated([request], JOB, policy)
+    assert output.errors == [
+        f"geopm_report: {base / 'root'}: refused: not readable by the job's user (uid 65534)"
+    ]
+    [who] = output.points
+    assert who.fields["Uid_all"].split() == ["65534"] * 4  # real, effective, saved, fs
+    assert who.fields["Gid"] == "65534" and who.fields["NoNewPrivs"] == "1"
+    assert who.fields["Groups"].split() == ["65534"]  # nobody's groups, none of root's
