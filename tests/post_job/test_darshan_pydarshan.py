@@ -297,7 +297,8 @@ def test_partial_dxt_and_partial_stdio_are_valid_logs_exit_0(tmp_path: Path, cap
     [stdio] = [
         line
         for line in text.splitlines()
-        if line.startswith("darshan_module,jobid=7,log=partial_data_stdio,module=STDIO ")
+        if line.startswith("darshan_module,")
+        and ",jobid=7,log=partial_data_stdio,module=STDIO " in line
     ]
     assert "partial=true" in stdio
 

@@ -285,7 +285,7 @@ def test_missing_or_broken_source_costs_only_itself(
     captured = capsys.readouterr()
     assert status == 1
     assert captured.out == "ok,jobid=9 v=1i 5\n"
-    assert "darshan: source not available: no_such_hpcmon_module cannot be imported" in captured.err
+    assert "darshan: source not available: No module named 'no_such_hpcmon_module'" in captured.err
     assert "recorder: failed: RuntimeError: boom" in captured.err
     assert "geopm_report: " + str(json_source / "missing.json") in captured.err
 
