@@ -20,6 +20,7 @@ from hpcmon.post_job.writers import (
     Deadline,
     InfluxV1Writer,
     InfluxV2Writer,
+    RejectedError,
     ServerWriter,
     deliver,
     read_secret,
@@ -116,6 +117,28 @@ def batches(lines: Sequence[str], size: int) -> list[Sequence[str]]:
     return [lines[start : start + size] for start in range(0, len(lines), size)]
 
 
+class _NotingRefusals:
+    """The writer, keeping the server's first reason for refusing lines, so the run's one
+    line says why they were rejected (e.g. older than the retention policy keeps)."""
+
+    def __init__(self, writer: ServerWriter) -> None:
+        self.writer, self.kind = writer, writer.kind
+        self.refusal: str | None = None
+
+    def describe(self) -> str:
+        return self.writer.describe()
+
+    def send(self, lines: Sequence[str], timeout: float) -> None:
+        try:
+            self.writer.send(lines, timeout)
+        except RejectedError as exc:
+            self.refusal = self.refusal or str(exc)
+            raise
+
+    def close(self) -> None:
+        self.writer.close()
+
+
 def _replay_into(
     report: DestinationReport,
     spool: Spool,
@@ -124,8 +147,9 @@ def _replay_into(
     settings: WriterSettings,
     own: dict[Path, Sequence[str]] | None = None,
 ) -> ReplayResult:
+    noting = _NotingRefusals(writer)
     try:
-        result = replay(spool, writer, deadline, settings.request_timeout, own)
+        result = replay(spool, noting, deadline, settings.request_timeout, own)
     except OSError as exc:  # spool directory unusable: say so (what is on disk stays there)
         report.problems.append(f"spool {spool.dir}: {exc.strerror or exc}")
         return ReplayResult(unavailable_reason=f"spool unusable: {exc.strerror or exc}")
@@ -138,7 +162,8 @@ def _replay_into(
     rejected = result.lines_rejected + result.own_lines_rejected
     if rejected:
         report.problems.append(
-            f"{rejected} line(s) rejected by the server, kept in {spool.rejected_dir}"
+            f"{rejected} line(s) rejected by the server, kept in {spool.rejected_dir}; "
+            f"first: {noting.refusal}"
         )
     if result.skipped_locked:
         log.info(

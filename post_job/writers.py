@@ -97,6 +97,24 @@ def capacity_problem(message: str) -> str | None:
     return None
 
 
+# InfluxDB 1.x (measured on 1.6.7) and 2.x answer this for points older than the retention
+# policy (bucket retention) keeps: 400 {"error":"partial write: points beyond retention policy
+# dropped=N"}. Bad data for that policy for ever: rejected, never retried, with a readable cause.
+_BEYOND_RETENTION = "points beyond retention policy"
+
+
+def retention_refusal(message: str, policy: str) -> str:
+    """``message`` explained when the server refused the points as older than ``policy``
+    (e.g. 'retention policy "jobs" of database hpcmon') keeps, else ``message`` itself."""
+    if _BEYOND_RETENTION not in message:
+        return message
+    said = _short(_server_error(message), 120)
+    return (
+        f"{policy} keeps no points this old ({said}): they can never be written there; "
+        "write them with a retention policy whose duration reaches back to them"
+    )
+
+
 def _server_error(body: str) -> str:
     """The ``error`` (1.x) or ``message`` (2.x) of a JSON error body, else the body."""
     try:
@@ -247,6 +265,11 @@ class InfluxV1Writer:
             params["rp"] = retention_policy
         self.url = url.rstrip("/") + "/write?" + urllib.parse.urlencode(params)
         self.database = database
+        self.policy = (
+            f'retention policy "{retention_policy}" of database {database}'
+            if retention_policy
+            else f"the default retention policy of database {database}"
+        )
         self.headers = {"Content-Type": "text/plain; charset=utf-8"}
         if username:
             token = base64.b64encode(f"{username}:{password or ''}".encode()).decode()
@@ -265,7 +288,7 @@ class InfluxV1Writer:
         except urllib.error.HTTPError as exc:
             body = exc.read()
             every_line = exc.code == 400 and _v1_refused_every_line(body, len(lines))
-            _raise_for_status(exc.code, _short(body), every_line)
+            _raise_for_status(exc.code, retention_refusal(_short(body), self.policy), every_line)
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             # HTTPException: something that is not an HTTP server answered (BadStatusLine...)
             reason = getattr(exc, "reason", None) or f"{type(exc).__name__}: {_short(str(exc))}"
@@ -316,7 +339,9 @@ class InfluxV2Writer:
                 write_precision=WritePrecision.NS,
             )
         except ApiException as exc:
-            _raise_for_status(int(exc.status or 0), _short(exc.body or exc.reason or ""))
+            said = _short(exc.body or exc.reason or "")
+            policy = f"the retention of bucket {self.bucket}"
+            _raise_for_status(int(exc.status or 0), retention_refusal(said, policy))
         except Exception as exc:  # noqa: BLE001 - urllib3 raises many connection error types
             raise UnavailableError(
                 f"cannot reach {self.url}: {type(exc).__name__}: {_short(str(exc))}"

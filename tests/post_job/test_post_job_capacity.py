@@ -5,6 +5,7 @@ that got the same jobs directly."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from hpcmon.post_job.cli import main
 from hpcmon.post_job.spool import Spool
 from hpcmon.post_job.writers import capacity_problem
 from tests import servers
+from tests.influx_site import POLICY, create_site_database
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 LOGS = DATA / "darshan" / "logs"
@@ -37,24 +39,32 @@ LIMITS = [
 ]
 
 
-def _writers(server: servers.InfluxDB1, db: str, spool: Path | None = None) -> list[str]:
+def _writers(
+    server: servers.InfluxDB1, db: str, spool: Path | None = None, rp: str | None = None
+) -> list[str]:
     flags = ["--influx.v1-url", server.url, "--influx.database", db]
+    flags += ["--influx.retention-policy", rp] if rp else []
     return flags + (["--spool-dir", str(spool)] if spool else [])
 
 
 def _points(server: servers.InfluxDB1, db: str) -> dict[str, Counter]:
-    """Per measurement, every stored point (time and values) with how often it is there."""
+    """Per measurement, every point stored in the site's policy (time and values) with how
+    often it is there."""
     found: dict[str, Counter] = {}
     for [name] in server.series("SHOW MEASUREMENTS", db=db)[0]["values"]:
         rows: Counter = Counter()
-        for series in server.series(f'SELECT * FROM "{name}"', db=db):
+        for series in server.series(f'SELECT * FROM "{POLICY}"."{name}"', db=db):
             rows.update(tuple(map(repr, row)) for row in series["values"])
         found[name] = rows
     return found
 
 
 def _errors(capsys: pytest.CaptureFixture) -> list[str]:
-    return [line for line in capsys.readouterr().err.splitlines() if ": ERROR " in line]
+    return _errors_in(capsys.readouterr().err)
+
+
+def _errors_in(err: str) -> list[str]:
+    return [line for line in err.splitlines() if ": ERROR " in line]
 
 
 def _series_count(server: servers.InfluxDB1, db: str) -> int:
@@ -74,18 +84,19 @@ def test_series_limit_keeps_every_line_then_flush_delivers_all(
     capsys: pytest.CaptureFixture,
 ) -> None:
     key = setting.replace("-", "_")
-    # the README's site statement on both stores (the capped one with the inmem index), but
-    # DURATION INF: the bundled jobs ran years ago, and InfluxDB drops points beyond the RP
-    create = 'CREATE DATABASE "{}" WITH DURATION INF REPLICATION 1 SHARD DURATION 7d NAME "jobs"'
+    # the README's site deployment on both stores (the capped one with the inmem index), its
+    # policy "jobs" named by --influx.retention-policy (INF: the bundled jobs ran years ago)
     direct_db = f"direct_{key}"
-    influxdb1.query(create.format(direct_db))
+    create_site_database(influxdb1, direct_db)
+    direct = _writers(influxdb1, direct_db, rp=POLICY)
     with servers.run_influxdb1(index="inmem", **{key: small}) as capped:
-        capped.query(create.format("capped"))
+        create_site_database(capped, "capped")
         spool = tmp_path / "spool"
+        site = _writers(capped, "capped", spool, POLICY)
         for (job, inputs), refusing in zip(JOBS.items(), refused, strict=True):
-            assert main(["--job-id", job, *inputs, *_writers(influxdb1, direct_db)]) == 0
+            assert main(["--job-id", job, *inputs, *direct]) == 0
             capsys.readouterr()
-            status = main(["--job-id", job, *inputs, *_writers(capped, "capped", spool)])
+            status = main(["--job-id", job, *inputs, *site])
             if not refusing:
                 assert status == 0 and not _errors(capsys)
                 continue
@@ -102,13 +113,13 @@ def test_series_limit_keeps_every_line_then_flush_delivers_all(
         assert queue.pending() and not queue.rejected_dir.exists()  # kept, nothing filed as bad
 
         # still at the limit: flush keeps everything and says why, in one line
-        assert main(["flush", *_writers(capped, "capped", spool)]) == 1
+        assert main(["flush", *site]) == 1
         [line] = _errors(capsys)
         assert setting in line and "spool file(s) left" in line
 
         capped.stop()
         capped.start_again(**{key: raised})
-        assert main(["flush", *_writers(capped, "capped", spool)]) == 0
+        assert main(["flush", *site]) == 0
         _same_points(capped, influxdb1, direct_db)
         assert queue.pending() == [] and not queue.rejected_dir.exists()
 
@@ -196,3 +207,35 @@ def test_capacity_answers_name_the_setting(answer: str, setting: str) -> None:
 )
 def test_bad_data_is_not_taken_for_capacity(answer: str) -> None:
     assert capacity_problem(answer) is None
+
+
+def test_points_older_than_the_policy_are_rejected_once_with_the_reason(
+    influxdb1: servers.InfluxDB1, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A log of 2017 into the README's deployment with an 8-day policy: InfluxDB 1.6.7
+    answers 400 "partial write: points beyond retention policy dropped=N". Such lines can never
+    be written there: every one counted as rejected and filed with the reason, one line naming
+    the policy, nothing left queued, and flush does not send them again."""
+    create_site_database(influxdb1, "short_rp", duration="8d")
+    old = ["--darshan", str(LOGS / "mpi-io-test-ppc64-3.1.5.darshan")]
+    assert main(["--job-id", "9104", *old, "--output", str(tmp_path / "job.lp")]) == 0
+    lines = (tmp_path / "job.lp").read_text().splitlines()
+    capsys.readouterr()
+    spool = tmp_path / "spool"
+    site = _writers(influxdb1, "short_rp", spool, POLICY)
+    assert main(["--job-id", "9104", *old, *site]) == 1
+    err = capsys.readouterr().err
+    assert f"written=0 spooled=0 rejected={len(lines)} lost=0" in err
+    queue = Spool(spool, "influx-v1")
+    [line] = _errors_in(err)
+    assert f"{len(lines)} line(s) rejected by the server, kept in {queue.rejected_dir}" in line
+    assert 'retention policy "jobs" of database short_rp keeps no points this old' in line
+    assert "points beyond retention policy" in line
+    assert queue.pending() == []
+    filed = sorted(queue.rejected_dir.glob("*.jsonl"))
+    rows = [json.loads(row) for path in filed for row in path.read_text().splitlines()]
+    assert sorted(row["line"] for row in rows) == sorted(lines)
+    assert all("keeps no points this old" in row["error"] for row in rows)
+    assert main(["flush", *site]) == 0  # nothing queued again, nothing sent again
+    assert sorted(queue.rejected_dir.glob("*.jsonl")) == filed and queue.pending() == []
+    assert not influxdb1.series(f'SELECT * FROM "{POLICY}"."darshan_job"', db="short_rp")
