@@ -212,7 +212,7 @@ def test_bad_data_is_not_taken_for_capacity(answer: str) -> None:
 def test_points_older_than_the_policy_are_rejected_once_with_the_reason(
     influxdb1: servers.InfluxDB1, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    """A log of 2017 into the README's deployment with an 8-day policy: InfluxDB 1.6.7
+    """A log of 2018 into the README's deployment with an 8-day policy: InfluxDB 1.6.7
     answers 400 "partial write: points beyond retention policy dropped=N". Such lines can never
     be written there: every one counted as rejected and filed with the reason, one line naming
     the policy, nothing left queued, and flush does not send them again."""

@@ -1,6 +1,8 @@
 """The report's history on a real InfluxDB 1.6.7: real Darshan logs of one application
 (mpi-io-test, 2016 to 2025, Darshan 3.0.0 to 3.5.0) written by the real hook as one user's
-runs, and one by another user; the history is checked against what the points say."""
+runs, and one by another user; the history is checked against what the points say. The
+database is the README's site deployment (tests/influx_site.py): the hook writes and the report
+reads through --influx.retention-policy jobs, a policy that is not the database's default."""
 
 from __future__ import annotations
 
@@ -14,13 +16,15 @@ import jsonschema
 import pytest
 
 from hpcmon.report import cli
+from tests.influx_site import POLICY, create_site_database
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 HISTORY = ROOT / "tests/data/darshan-history"
 LOGS = ROOT / "tests/data/darshan/logs"
 SCHEMA = json.loads((ROOT / "report" / "schema.json").read_text())
-DATABASE = "hpcmon_history"
+DATABASE = "hpcmon_history"  # the dashboards' test writes the runs here (default policy)
+SITE_DATABASE = "hpcmon_history_site"  # this module's: the README's deployment
 APP = "mpi-io-test"
 # job id -> (user, log, extra hook flags); log start times 2016-03 ... 2025-11, in this order
 RUNS = {
@@ -39,35 +43,40 @@ RUNS = {
 ALICE_BEFORE_LAST = ["2301", "2303", "2304", "2305", "2306"]
 
 
-def hook(url: str, job: str, user: str, log: Path, extra: list[str], spool: Path) -> None:
+def hook(url: str, job: str, user: str, log: Path, extra: list[str], spool: Path, *to: str) -> None:
     command = [
         sys.executable, "-m", "hpcmon.post_job", "--job-id", job, "--user", user,
-        "--darshan", str(log), *extra, "--influx.v1-url", url, "--influx.database", DATABASE,
-        "--spool-dir", str(spool),
+        "--darshan", str(log), *extra, "--influx.v1-url", url, *to, "--spool-dir", str(spool),
     ]  # fmt: skip
     run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
 
 
-def write_runs(influx, spool: Path):
-    """Every run of RUNS into DATABASE through the real hook (shared with the dashboards)."""
-    influx.create_database(DATABASE)
+def write_runs(influx, spool: Path, site: bool = False):
+    """Every run of RUNS through the real hook: into DATABASE's default policy (the dashboards'
+    queries read that), or, with ``site``, into SITE_DATABASE's policy "jobs"."""
+    if site:
+        create_site_database(influx, SITE_DATABASE)
+        to = ["--influx.database", SITE_DATABASE, "--influx.retention-policy", POLICY]
+    else:
+        influx.create_database(DATABASE)
+        to = ["--influx.database", DATABASE]
     for job, (user, log, extra) in RUNS.items():
-        hook(influx.url, job, user, log, extra, spool)
+        hook(influx.url, job, user, log, extra, spool, *to)
     return influx
 
 
 @pytest.fixture(scope="module")
 def written(influxdb1, tmp_path_factory):
-    return write_runs(influxdb1, tmp_path_factory.mktemp("spool"))
+    return write_runs(influxdb1, tmp_path_factory.mktemp("spool"), site=True)
 
 
 def report(influx, job: str, tmp_path: Path, *flags: str, fmt: str = "json") -> dict | str:
     out = tmp_path / f"{job}.{ {'text': 'txt'}.get(fmt, fmt) }"
     status = cli.main(
         [
-            "--job-id", job, "--influx.v1-url", influx.url, "--influx.database", DATABASE,
-            "--format", fmt, "--output", str(out), *flags,
+            "--job-id", job, "--influx.v1-url", influx.url, "--influx.database", SITE_DATABASE,
+            "--influx.retention-policy", POLICY, "--format", fmt, "--output", str(out), *flags,
         ]
     )  # fmt: skip
     assert status == 0
@@ -82,8 +91,8 @@ def points_per_job(influx) -> dict[str, dict]:
     """What the darshan_job points say, summed per job (independent of app_run)."""
     series = influx.series(
         'SELECT sum("total_bytes_written") AS w, sum("total_bytes_read") AS r, min("start_time") '
-        'AS s FROM "darshan_job" GROUP BY "jobid"',
-        db=DATABASE,
+        f'AS s FROM "{POLICY}"."darshan_job" GROUP BY "jobid"',
+        db=SITE_DATABASE,
     )
     return {
         s["tags"]["jobid"]: dict(zip(s["columns"], s["values"][0], strict=True)) for s in series
@@ -94,12 +103,15 @@ def test_every_point_carries_the_app_and_user(written) -> None:
     """Four spellings of the executable (/tmp/tmp//mpi-io-test, /projects/.../tmp//mpi-io-test,
     a bare mpi-io-test, a CI build path) are one app; every measurement carries it."""
     for measurement in ("darshan_job", "darshan_module", "darshan_record", "app_run"):
-        apps = written.series(f'SHOW TAG VALUES FROM "{measurement}" WITH KEY = "app"', db=DATABASE)
+        apps = written.series(
+            f'SHOW TAG VALUES FROM "{measurement}" WITH KEY = "app"', db=SITE_DATABASE
+        )
         assert [v[1] for v in apps[0]["values"]] == [APP], measurement
-    users = written.series('SHOW TAG VALUES FROM "darshan_job" WITH KEY = "user"', db=DATABASE)
+    users = written.series('SHOW TAG VALUES FROM "darshan_job" WITH KEY = "user"', db=SITE_DATABASE)
     assert [v[1] for v in users[0]["values"]] == ["alice", "bob"]
     untagged = written.series(
-        'SELECT count("nprocs") FROM "darshan_job" WHERE "app" = \'\'', db=DATABASE
+        f'SELECT count("nprocs") FROM "{POLICY}"."darshan_job" WHERE "app" = \'\'',
+        db=SITE_DATABASE,
     )
     assert not untagged
 
@@ -184,7 +196,9 @@ def test_text_and_html_show_the_table_and_chart(written, tmp_path) -> None:
 
 def test_a_job_without_app_run_point_says_why(written, tmp_path) -> None:
     line = b"darshan_job,jobid=old nprocs=4i,total_bytes_written=1i 1500000000000000000"
-    request = urllib.request.Request(f"{written.url}/write?db={DATABASE}", data=line)
+    request = urllib.request.Request(
+        f"{written.url}/write?db={SITE_DATABASE}&rp={POLICY}", data=line
+    )
     with urllib.request.urlopen(request, timeout=10) as answer:
         assert answer.status == 204
     document = report(written, "old", tmp_path)
@@ -195,8 +209,9 @@ def test_a_job_without_app_run_point_says_why(written, tmp_path) -> None:
 def diagnosis_scores(influx) -> dict[str, float]:
     """jobid -> score of the hook's per-job job_diagnosis point (insight=job)."""
     series = influx.series(
-        'SELECT last("score") FROM "job_diagnosis" WHERE "insight" = \'job\' GROUP BY "jobid"',
-        db=DATABASE,
+        f'SELECT last("score") FROM "{POLICY}"."job_diagnosis" WHERE "insight" = \'job\' '
+        'GROUP BY "jobid"',
+        db=SITE_DATABASE,
     )
     return {s["tags"]["jobid"]: s["values"][0][1] for s in series}
 
@@ -208,7 +223,9 @@ def test_io_score_from_job_diagnosis_where_known(written, tmp_path) -> None:
     scores = diagnosis_scores(written)
     assert set(ALICE_BEFORE_LAST) | {"2307"} <= set(scores)
     for job in ("2301", "2305"):
-        written.query(f'DROP SERIES FROM "job_diagnosis" WHERE "jobid" = \'{job}\'', db=DATABASE)
+        written.query(
+            f'DROP SERIES FROM "job_diagnosis" WHERE "jobid" = \'{job}\'', db=SITE_DATABASE
+        )
     history = report(written, "2307", tmp_path)["history"]
     got = {r["job_id"]: r["io_score"] for r in history["runs"]}
     assert got == {j: None if j in ("2301", "2305") else scores[j] for j in ALICE_BEFORE_LAST}
