@@ -39,7 +39,8 @@ def _work(command: str, tmp: Path) -> list[str]:
         "hpcmon-post-job": ["--job-id", "1", "--darshan", str(DARSHAN_LOG),
                             "--output", str(tmp / "job.lp")],
         "hpcmon-dashboards": ["generate", "--out", str(tmp / "out")],
-        "hpcmon-report": ["--job-id", "1", "--influx.v1-url", f"http://127.0.0.1:{free_port()}"],
+        "hpcmon-report": ["--job-id", "1", "--darshan", str(DARSHAN_LOG),
+                          "--output", str(tmp / "report.html")],
     }[command]  # fmt: skip
 
 
@@ -101,9 +102,11 @@ def _run(bin_dir: Path, command: str, *args: str) -> subprocess.CompletedProcess
     )
 
 
-@pytest.mark.parametrize("extra", sorted(ROLES))
-def test_each_role_installs_and_runs(wheel: Path, tmp_path: Path, extra: str) -> None:
-    bin_dir = _venv(tmp_path / "venv")
+@pytest.fixture(scope="module", params=sorted(ROLES))
+def role(request, wheel: Path, tmp_path_factory) -> tuple[str, Path]:
+    """(extra, the bin/ of a fresh virtualenv holding hpcmon[extra]), one per role."""
+    extra = request.param
+    bin_dir = _venv(tmp_path_factory.mktemp(f"venv-{extra}"))
     empty = _site_packages_bytes(bin_dir)
     install = subprocess.run(
         [str(bin_dir / "pip"), "install", "-q", f"{wheel}[{extra}]"],
@@ -112,6 +115,11 @@ def test_each_role_installs_and_runs(wheel: Path, tmp_path: Path, extra: str) ->
     assert install.returncode == 0, install.stderr[-2000:]
     size = (_site_packages_bytes(bin_dir) - empty) / 2**20
     print(f"\nhpcmon[{extra}]: {size:.0f} MiB installed")
+    return extra, bin_dir
+
+
+def test_each_role_installs_and_runs(role: tuple[str, Path], tmp_path: Path) -> None:
+    extra, bin_dir = role
     own = _run(bin_dir, ROLES[extra], "--help")
     assert own.returncode == 0, own.stderr
     assert "usage" in own.stdout.lower()
@@ -126,17 +134,6 @@ def test_each_role_installs_and_runs(wheel: Path, tmp_path: Path, extra: str) ->
             line.startswith("job_diagnosis,") and ",insight=small_reads,jobid=1" in line
             for line in hook.stdout.splitlines()
         )
-    for other_extra, command in ROLES.items():
-        if other_extra == extra:
-            continue
-        result = _run(bin_dir, command, "--help")
-        if result.returncode == 0:  # this role's extra happens to bring what --help needs
-            result = _run(bin_dir, command, *_work(command, tmp_path))  # and the work?
-            if "is missing: install" not in result.stderr:
-                continue  # it brings what the work needs too (or failed for another reason)
-        assert result.returncode == 2, result.stderr
-        assert result.stderr.strip().count("\n") == 0, result.stderr
-        assert f"hpcmon[{other_extra}]" in result.stderr and "Traceback" not in result.stderr
     if extra == "exporter":  # a flush needs the writer's library, imported when it is set up
         (tmp_path / "spool" / "influx-v2").mkdir(parents=True)
         flush = _run(bin_dir, "hpcmon-post-job", "flush", "--spool-dir", str(tmp_path / "spool"),
@@ -144,6 +141,38 @@ def test_each_role_installs_and_runs(wheel: Path, tmp_path: Path, extra: str) ->
                      "--influx.bucket", "b")  # fmt: skip
         assert flush.returncode == 2 and len(flush.stderr.strip().splitlines()) == 1, flush.stderr
         assert "'influxdb_client' is missing" in flush.stderr and "hpcmon[post-job]" in flush.stderr
+
+
+# Known defect since the merge of issue 22, kept visible: strict, so the test fails (XPASS) once
+# it is fixed and this mark must go. Applied only when hpcmon-post-job's turn comes, last.
+POST_JOB_WORK_DEFECT = pytest.mark.xfail(
+    strict=True,
+    reason="without the post-job extra, hpcmon-post-job --darshan ends in 'darshan: source not "
+    "available: No module named ...' (exit 1, three lines), not the one line naming the extra: "
+    "post_job/reading.py and sources.py catch the ModuleNotFoundError as a source error",
+)
+
+
+def test_other_commands_work_or_name_their_extra(
+    role: tuple[str, Path], tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Every other role's command, in this role's install: its --help and then its work
+    either succeed (this extra brings what it needs) or end in the one line naming the
+    extra, exit 2; never a traceback, never another failure."""
+    extra, bin_dir = role
+    others = [(e, c) for e, c in ROLES.items() if e != extra]
+    for other_extra, command in sorted(others, key=lambda pair: pair[1] == "hpcmon-post-job"):
+        if command == "hpcmon-post-job":
+            request.applymarker(POST_JOB_WORK_DEFECT)
+        result = _run(bin_dir, command, "--help")
+        if result.returncode == 0:  # this role's extra happens to bring what --help needs
+            result = _run(bin_dir, command, *_work(command, tmp_path))  # and the work?
+        assert "Traceback" not in result.stderr, (command, result.stderr)
+        if result.returncode == 0:
+            continue  # this role's extra brings all that the other command's work needs
+        assert result.returncode == 2, (command, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1, (command, result.stderr)
+        assert f"pip install 'hpcmon[{other_extra}]'" in result.stderr, (command, result.stderr)
 
 
 def test_bare_install_names_the_extra_of_every_command(wheel: Path, tmp_path: Path) -> None:
