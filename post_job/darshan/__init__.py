@@ -20,7 +20,7 @@ from hpcmon.post_job.model import JobContext, SourceOutput
 from hpcmon.post_job.options import option
 from hpcmon.post_job.problems import Problems, SourceError
 
-__all__ = ["collect_darshan", "read_log", "read_text"]
+__all__ = ["collect_darshan", "points_of_logs", "read_log", "read_text"]
 
 
 _SUFFIXES = (".gz", ".txt", ".darshan")
@@ -74,6 +74,25 @@ def collect_darshan(
             write_signals(Path(signals_out), computed)
         except OSError as exc:
             output.errors.append(f"{signals_out}: cannot write signals: {exc.strerror or exc}")
+    return output
+
+
+def points_of_logs(
+    logs: Sequence[DarshanLog],
+    job: JobContext,
+    *,
+    top_records: int = option("sources.darshan", "top_records").default,
+) -> SourceOutput:
+    """What ``collect_darshan`` gives for logs already read (the report reads a log through
+    the very points the hook writes, so both give the same report)."""
+    output = SourceOutput()
+    paths = [Path(log.source) for log in logs]
+    labels = log_labels(paths)
+    for path, log in zip(paths, logs, strict=True):
+        problems = Problems(path)
+        tags = {**job.base_tags(), "log": labels[path]}
+        _log_points(path, log, tags, top_records, problems, output)
+        output.errors.extend(problems)
     return output
 
 

@@ -1,4 +1,5 @@
-"""InfluxDB points from Darshan signals: job, module, top-K records, heatmap and its bins.
+"""InfluxDB points from Darshan signals: job, module (+ the job's record, record.py), top-K
+records, ranks, heatmap and its bins.
 
 Field names are the spec's signal names in lower case; NA signals are left out of the point
 and listed in the string field ``na_reasons`` (``signal:reason,...``). Every point is stamped
@@ -11,6 +12,12 @@ import numpy as np
 
 from hpcmon.common.timeutil import seconds_to_ns
 from hpcmon.post_job.darshan.model import JobInfo
+from hpcmon.post_job.darshan.record import (
+    counter_sums,
+    rank_totals,
+    record_columns,
+    rule_inputs,
+)
 from hpcmon.post_job.darshan.signals import NA, LogSignals, RecordSignals, Value
 from hpcmon.post_job.points import Point
 
@@ -52,7 +59,11 @@ def log_points(
     partial_modules: list[str] | None = None,
 ) -> list[Point]:
     """``flagged``: header fields found implausible (left out, listed in ``na_reasons``);
-    ``partial_modules``: every module Darshan flagged partial, DXT_* included."""
+    ``partial_modules``: every module Darshan flagged partial, DXT_* included.
+
+    Series per log (the budget, README): 1 job + 1 per module (records fold into their
+    module's series, one point per record at start + k ns) + 2 per heatmap submodule + 1 for
+    the ranks (one point per rank at start + rank ns), whatever the ranks and records."""
     start_ns = seconds_to_ns(job.start_time)
     job_fields = _job_fields(job, signals, flagged, partial_modules)
     points = [Point("darshan_job", dict(base_tags), job_fields, start_ns)]
@@ -62,24 +73,16 @@ def log_points(
         fields["partial"] = module.partial
         if module.inconsistent:
             fields["inconsistent"] = module.inconsistent
+        table = signals.tables.get(module.module)
+        if table is not None:
+            fields.update(counter_sums(table))
+            fields.update(rule_inputs(table))
         points.append(
             Point("darshan_module", {**base_tags, "module": module.module}, fields, start_ns)
         )
     for records in signals.records:
-        for row in top_record_rows(records, top_records):
-            record_id = int(records.record_ids[row])
-            tags = {
-                **base_tags,
-                "module": records.module,
-                "rank": str(int(records.ranks[row])),
-                "record_id": str(record_id),
-            }
-            fields = _fields(records.row(int(row)))
-            fields["file"] = names.get(record_id, "")
-            fields["bytes_read"] = int(records.bytes_read[row])
-            fields["bytes_written"] = int(records.bytes_written[row])
-            fields["io_time"] = float(records.io_time[row])
-            points.append(Point("darshan_record", tags, fields, start_ns))
+        points.extend(_record_points(records, signals, base_tags, names, top_records, start_ns))
+    points.extend(_rank_points(signals, base_tags, start_ns))
     for heatmap in signals.heatmap_totals:
         tags = {**base_tags, "module": heatmap.submodule}
         fields = _fields(heatmap.values)
@@ -99,6 +102,62 @@ def log_points(
                 )
             )
     return points
+
+
+def _record_points(
+    records: RecordSignals,
+    signals: LogSignals,
+    base_tags: dict[str, str],
+    names: dict[int, str],
+    top: int,
+    start_ns: int,
+) -> list[Point]:
+    """The kept records of one module, all in the module's series: record k of the module at
+    start + k ns, its rank and record id as fields."""
+    kept = top_record_rows(records, top)
+    if not len(kept):
+        return []
+    table = signals.tables.get(records.module)
+    every, shared = record_columns(table) if table is not None else ({}, {})
+    ranks, ids = records.ranks.tolist(), records.record_ids.tolist()
+    moved_read, moved_written = records.bytes_read.tolist(), records.bytes_written.tolist()
+    io_time = records.io_time.tolist()
+    tags = {**base_tags, "module": records.module}
+    points = []
+    for k, row in enumerate(kept.tolist()):
+        record_id = int(ids[row])
+        fields = _fields(records.row(row))
+        fields["record_id"] = str(record_id)
+        fields["rank"] = int(ranks[row])
+        fields["file"] = names.get(record_id, "")
+        fields["bytes_read"] = int(moved_read[row])
+        fields["bytes_written"] = int(moved_written[row])
+        fields["io_time"] = float(io_time[row])
+        for name, values in every.items():
+            fields[name] = values[row]
+        if ranks[row] == -1:
+            for name, values in shared.items():
+                fields[name] = values[row]
+        points.append(Point("darshan_record", dict(tags), fields, start_ns + k))
+    return points
+
+
+def _rank_points(signals: LogSignals, base_tags: dict[str, str], start_ns: int) -> list[Point]:
+    """Bytes and I/O time of each rank on its own files, in the job totals' modules (the
+    lowest layers, so nothing is counted twice): one series, rank r at start + r ns."""
+    tables = [signals.tables[m] for m in signals.counted_modules if m in signals.tables]
+    ranks, read, written, time = rank_totals(tables)
+    return [
+        Point(
+            "darshan_rank",
+            dict(base_tags),
+            {"rank": rank, "bytes_read": r, "bytes_written": w, "io_time": t},
+            start_ns + rank,
+        )
+        for rank, r, w, t in zip(
+            ranks.tolist(), read.tolist(), written.tolist(), time.tolist(), strict=True
+        )
+    ]
 
 
 def _job_fields(

@@ -268,6 +268,8 @@ class LogSignals:
     heatmap_totals: list[HeatmapSignals] = field(default_factory=list)  # per job
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # each module's records in the order of ``records`` (the job's record folds them)
+    tables: dict[str, ModuleTable] = field(default_factory=dict)
 
     @property
     def heatmaps(self) -> list[HeatmapSignals]:
@@ -285,7 +287,7 @@ def compute_signals(log: DarshanLog) -> LogSignals:
         for name in tables
         if name in present and not any(low in present for low in LOWER_LAYERS.get(name, ()))
     )
-    result = LogSignals(job={}, counted_modules=counted)
+    result = LogSignals(job={}, counted_modules=counted, tables=tables)
     totals = dict.fromkeys(JOB_SIGNALS, 0)
     for name, table in tables.items():
         layout = LAYOUTS[name]
