@@ -119,11 +119,14 @@ def _stdio(job: JobData):
     if job.darshan is None:
         return NotEvaluated("stdio_heavy", "no Darshan data")
     data = job.darshan
-    stdio = data.modules.get("STDIO")
-    stdio_bytes = (stdio.bytes_read + stdio.bytes_written) if stdio else 0.0
-    total = data.total("bytes_read") + data.total("bytes_written")
-    if "STDIO" not in data.counted_modules:
-        total += stdio_bytes
+    moved = {
+        name: totals.bytes_read + totals.bytes_written
+        for name, totals in data.modules.items()
+        if totals.records
+    }
+    stdio_bytes = moved.get("STDIO", 0.0)
+    # Drishti's interfaces: POSIX and STDIO, MPI-IO when no POSIX (DAOS/DFS bytes not counted)
+    total = stdio_bytes + moved.get("POSIX", moved.get("MPI-IO", 0.0))
     if total and stdio_bytes / total > INTERFACE_STDIO:
         return Insight(
             "stdio_heavy",
