@@ -147,7 +147,7 @@ def io_cost(job: JobData) -> str | None:
     axes.set_xlabel("seconds per process (average)")
     if len(labels) == 1:
         axes.set_title("no I/O module recorded any I/O", fontsize=8)
-    axes.legend(loc="lower right", fontsize=7, ncol=4)
+    axes.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
     return _svg(figure)
 
 

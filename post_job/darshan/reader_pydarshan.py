@@ -82,11 +82,11 @@ class _PackedHeatmap:
     writes: np.ndarray
 
     def unpack(self) -> list[HeatmapRecord]:
+        reads, writes = self.reads.astype(np.int64), self.writes.astype(np.int64)
+        submodule, record_id, width = self.submodule, self.record_id, self.bin_width
         return [
-            HeatmapRecord(
-                self.submodule, rank, self.record_id, self.bin_width, self.reads[i], self.writes[i]
-            )
-            for i, rank in enumerate(self.ranks.tolist())
+            HeatmapRecord(submodule, rank, record_id, width, read, written)
+            for rank, read, written in zip(self.ranks.tolist(), reads, writes, strict=True)
         ]
 
 
@@ -427,11 +427,20 @@ def _read_heatmaps(path: Path, report, names: dict[int, str], problems) -> list[
                     record_id=record_id,
                     bin_width=width,
                     ranks=np.array([rank for rank, _, _ in rows], dtype=np.int64),
-                    reads=np.array([r for _, r, _ in rows], dtype=np.int64).reshape(-1, length),
-                    writes=np.array([w for _, _, w in rows], dtype=np.int64).reshape(-1, length),
+                    reads=_compact(np.array([r for _, r, _ in rows], dtype=np.int64), length),
+                    writes=_compact(np.array([w for _, _, w in rows], dtype=np.int64), length),
                 )
             )
     return packed
+
+
+def _compact(bins: np.ndarray, length: int) -> np.ndarray:
+    """Bins as uint32 when they fit (they usually do): half the bytes to send to the parent,
+    which widens them back to int64."""
+    bins = bins.reshape(-1, length)
+    if bins.size and 0 <= bins.min() and bins.max() <= np.iinfo(np.uint32).max:
+        return bins.astype(np.uint32)
+    return bins
 
 
 def _heatmap_bins(heatmap):
