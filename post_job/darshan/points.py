@@ -18,7 +18,7 @@ from hpcmon.post_job.darshan.record import (
     record_columns,
     rule_inputs,
 )
-from hpcmon.post_job.darshan.signals import NA, LogSignals, RecordSignals, Value
+from hpcmon.post_job.darshan.signals import NA, NA_REASONS, LogSignals, RecordSignals, Value
 from hpcmon.post_job.points import Point
 
 
@@ -123,10 +123,22 @@ def _record_points(
     moved_read, moved_written = records.bytes_read.tolist(), records.bytes_written.tolist()
     io_time = records.io_time.tolist()
     tags = {**base_tags, "module": records.module}
+    signals_by_name = [
+        (name, column.values.tolist(), column.codes.tolist())
+        for name, column in records.columns.items()
+    ]
     points = []
     for k, row in enumerate(kept.tolist()):
         record_id = int(ids[row])
-        fields = _fields(records.row(row))
+        fields: dict[str, int | float | str] = {}
+        reasons = []
+        for name, values, codes in signals_by_name:  # _fields(records.row(row)), in one pass
+            if codes[row]:
+                reasons.append(f"{name}:{NA_REASONS[codes[row] - 1]}")
+            else:
+                fields[name] = values[row]
+        if reasons:
+            fields["na_reasons"] = ",".join(reasons)
         fields["record_id"] = str(record_id)
         fields["rank"] = int(ranks[row])
         fields["file"] = names.get(record_id, "")

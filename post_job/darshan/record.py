@@ -99,9 +99,10 @@ class _Clean:
 
 
 def _matrix(columns: list[np.ndarray], rows: int, dtype) -> np.ndarray:
+    """The columns as one new (rows x columns) matrix (a transposed copy: one allocation)."""
     if not columns:
         return np.zeros((rows, 0), dtype=dtype)
-    return np.column_stack(columns).astype(dtype, copy=False).copy()
+    return np.array(columns, dtype=dtype).T
 
 
 def _clean(table: ModuleTable) -> _Clean:
