@@ -87,8 +87,7 @@ class _Clean:
             floats[:, timers] = np.where(invalid_timer(floats[:, timers]), 0.0, floats[:, timers])
         np.clip(floats, 0, None, out=floats)
         self.floats = floats
-        self.index = {name: (False, i) for i, name in enumerate(self.int_names)}
-        self.index.update({name: (True, i) for i, name in enumerate(self.float_names)})
+        self.index = _index(self.int_names, self.float_names)
 
     def column(self, name: str) -> np.ndarray | None:
         found = self.index.get(name)
@@ -96,6 +95,14 @@ class _Clean:
             return None
         is_float, i = found
         return self.floats[:, i] if is_float else self.ints[:, i]
+
+
+@functools.lru_cache(maxsize=64)
+def _index(ints: tuple[str, ...], floats: tuple[str, ...]) -> dict[str, tuple[bool, int]]:
+    """Counter name -> (in the float matrix, column), once per module layout."""
+    index = {name: (False, i) for i, name in enumerate(ints)}
+    index.update({name: (True, i) for i, name in enumerate(floats)})
+    return index
 
 
 def _matrix(columns: list[np.ndarray], rows: int, dtype) -> np.ndarray:

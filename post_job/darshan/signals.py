@@ -376,6 +376,8 @@ def is_timer(name: str) -> bool:
 
 def invalid_timer(column: np.ndarray) -> np.ndarray:
     """Rows of a timer column that hold garbage (Darshan's -1 is "not monitored", not this)."""
+    if column.size and 0 <= column.min() and column.max() <= MAX_TIMER_SECONDS:
+        return np.zeros(column.shape, dtype=bool)  # the usual case (NaN fails the test)
     with np.errstate(invalid="ignore"):
         return ~np.isfinite(column) | ((column < 0) & (column != -1)) | (column > MAX_TIMER_SECONDS)
 
