@@ -56,14 +56,21 @@ def _numbers_equal(a, b) -> bool:
     return math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0)
 
 
+def both(influx, log: Path, tmp_path: Path, fmt: str):
+    """hpcmon-report for the log's job from the database, and from the log itself."""
+    job = job_id(log)
+    return (
+        report(job, tmp_path / f"db.{fmt}", *from_database(influx), fmt=fmt),
+        report(job, tmp_path / f"log.{fmt}", *from_log(log), fmt=fmt),
+    )
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("log", ALL_LOGS, ids=lambda p: p.stem[:40])
 def test_report_from_the_database_equals_the_report_from_the_log(
     written, log: Path, tmp_path: Path
 ) -> None:
-    job = job_id(log)
-    db = report(job, tmp_path / "db.json", *from_database(written))
-    own = report(job, tmp_path / "log.json", *from_log(log))
+    db, own = both(written, log, tmp_path, "json")
     assert db["sources"]["darshan"] == "InfluxDB points"
     assert own["sources"]["darshan"] == "Darshan logs"
     assert [(i["id"], i["level"]) for i in db["insights"]] == [
@@ -93,9 +100,7 @@ def test_report_from_the_database_equals_the_report_from_the_log(
 def test_html_from_the_database_has_the_pictures_of_the_log(
     written, log: Path, tmp_path: Path
 ) -> None:
-    job = job_id(log)
-    db = report(job, tmp_path / "db.html", *from_database(written), fmt="html")
-    own = report(job, tmp_path / "log.html", *from_log(log), fmt="html")
+    db, own = both(written, log, tmp_path, "html")
     assert db.count("<svg") >= 1
     assert db.count("<svg") >= own.count("<svg")
 
