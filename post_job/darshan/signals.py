@@ -7,6 +7,7 @@ leaves open are documented in README.md next to this file.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -236,12 +237,20 @@ class HeatmapSignals:
 
 @dataclass
 class HeatmapRankSignals:
-    """Per-rank HEATMAP signals of one submodule and bin layout, one row per rank."""
+    """Per-rank HEATMAP signals of one submodule and bin layout, one row per rank.
+
+    Computed on first use: only the spec's text output (--signals-out) and the tests read
+    them (the points hold the job series), and a 512-rank log has 1,536 rows of them."""
 
     submodule: str
     records: list[HeatmapRecord]
     bin_width: float
-    columns: dict[str, SignalColumn]
+    reads: np.ndarray  # ranks x bins
+    writes: np.ndarray
+
+    @functools.cached_property
+    def columns(self) -> dict[str, SignalColumn]:
+        return heatmap_columns(self.reads, self.writes, self.bin_width)
 
     def rows(self) -> list[HeatmapSignals]:
         return [
@@ -748,8 +757,7 @@ def _heatmap_signals(log: DarshanLog, problems: list[str]):
             writes = np.array([r.write_bins for r in group], dtype=np.int64).reshape(len(group), -1)
             read_sum[:length] += reads.sum(axis=0)
             write_sum[:length] += writes.sum(axis=0)
-            columns = heatmap_columns(reads, writes, width)
-            groups_out.append(HeatmapRankSignals(submodule, group, width, columns))
+            groups_out.append(HeatmapRankSignals(submodule, group, width, reads, writes))
         widths = sorted({width for _, width in groups})
         width = widths[-1]
         if len(widths) > 1:
