@@ -124,13 +124,6 @@ def clean(table: ModuleTable, name: str) -> np.ndarray | None:
     return _clean(table).column(name)
 
 
-def _summed(table: ModuleTable, names: tuple[str, ...]) -> np.ndarray | None:
-    columns = [clean(table, name) for name in names]
-    if not columns or any(column is None for column in columns):
-        return None
-    return sum(columns[1:], columns[0])
-
-
 def counter_sums(table: ModuleTable) -> dict[str, int | float]:
     """Every additive counter summed over the module's records, keyed by its name in lower
     case (``posix_size_read_0_100``); integer counters stay integers."""
@@ -228,23 +221,46 @@ RECORD_FIELDS = ("reads", "writes", *_RECORD_COUNTERS, *_SHARED_COUNTERS)
 def record_columns(table: ModuleTable) -> tuple[dict[str, list], dict[str, list]]:
     """Per-record raw values as Python lists (all records; shared-only ones separately):
     ``reads``/``writes`` (all of the module's read/write calls) and the columns above."""
-    layout = LAYOUTS.get(table.module)
-    p = prefix(table.module)
-    every: dict[str, list] = {}
+    matrices = _clean(table)
+    every, shared = _plan(table.module, matrices.int_names, matrices.float_names)
+
+    def values(in_floats: bool, columns: tuple[int, ...]) -> list:
+        matrix = matrices.floats if in_floats else matrices.ints
+        if len(columns) == 1:
+            return matrix[:, columns[0]].tolist()
+        return matrix[:, list(columns)].sum(axis=1).tolist()
+
+    return (
+        {name: values(in_floats, columns) for name, in_floats, columns in every},
+        {name: values(in_floats, columns) for name, in_floats, columns in shared},
+    )
+
+
+_Plan = list[tuple[str, bool, tuple[int, ...]]]
+
+
+@functools.lru_cache(maxsize=64)
+def _plan(module: str, ints: tuple[str, ...], floats: tuple[str, ...]) -> tuple[_Plan, _Plan]:
+    """Which matrix columns make each record field, once per module layout (a field whose
+    counters the log lacks is left out)."""
+    index = _index(ints, floats)
+    p = prefix(module)
+
+    def resolve(out: _Plan, name: str, counters: tuple[str, ...]) -> None:
+        found = [index.get(counter) for counter in counters]
+        if found and None not in found and len({kind for kind, _ in found}) == 1:  # type: ignore[misc]
+            out.append((name, found[0][0], tuple(i for _, i in found)))  # type: ignore[index,misc]
+
+    every: _Plan = []
+    shared: _Plan = []
+    layout = LAYOUTS.get(module)
     if layout is not None:
-        for column, names in (("reads", layout.reads), ("writes", layout.writes)):
-            found = _summed(table, names)
-            if found is not None:
-                every[column] = found.tolist()
-    for column, names in _RECORD_COUNTERS.items():
-        found = _summed(table, tuple(f"{p}_{name}" for name in names))
-        if found is not None:
-            every[column] = found.tolist()
-    shared: dict[str, list] = {}
-    for column, names in _SHARED_COUNTERS.items():
-        found = _summed(table, tuple(f"{p}_{name}" for name in names))
-        if found is not None:
-            shared[column] = found.tolist()
+        resolve(every, "reads", layout.reads)
+        resolve(every, "writes", layout.writes)
+    for name, counters in _RECORD_COUNTERS.items():
+        resolve(every, name, tuple(f"{p}_{counter}" for counter in counters))
+    for name, counters in _SHARED_COUNTERS.items():
+        resolve(shared, name, tuple(f"{p}_{counter}" for counter in counters))
     return every, shared
 
 

@@ -377,6 +377,14 @@ class _Input:
         self.values = values
         self.unmonitored = unmonitored
         self.invalid = np.zeros(len(values), dtype=bool) if invalid is None else invalid
+        self._flags: tuple[bool, bool] | None = None
+
+    @property
+    def flags(self) -> tuple[bool, bool]:
+        """(any row not monitored, any row invalid), once: most inputs have neither."""
+        if self._flags is None:
+            self._flags = (bool(self.unmonitored.any()), bool(self.invalid.any()))
+        return self._flags
 
 
 def is_timer(name: str) -> bool:
@@ -438,13 +446,21 @@ def _ratio(
     """numerator * scale / denominator with NA(not_available|not_monitored|zero_reason)."""
     if numerator is None or denominator is None:
         return _not_available(rows)
-    num = numerator.values.astype(np.float64) * scale
-    den = denominator.values.astype(np.float64)
+    num = numerator.values.astype(np.float64, copy=False)
+    if scale != 1.0:
+        num = num * scale
+    den = denominator.values.astype(np.float64, copy=False)
     positive = den > 0
     values = np.divide(num, den, out=np.zeros_like(num), where=positive)
     codes = np.where(positive, 0, _CODE[zero_reason]).astype(np.uint8)
-    codes[numerator.invalid | denominator.invalid] = _CODE["invalid_time"]
-    codes[numerator.unmonitored | denominator.unmonitored] = _CODE["not_monitored"]
+    (num_unmonitored, num_invalid), (den_unmonitored, den_invalid) = (
+        numerator.flags,
+        denominator.flags,
+    )
+    if num_invalid or den_invalid:
+        codes[numerator.invalid | denominator.invalid] = _CODE["invalid_time"]
+    if num_unmonitored or den_unmonitored:
+        codes[numerator.unmonitored | denominator.unmonitored] = _CODE["not_monitored"]
     return SignalColumn(values, codes)
 
 
