@@ -86,7 +86,7 @@ def parser() -> argparse.ArgumentParser:
         type=Path,
         default=[],
         metavar="LOG",
-        help="the job's Darshan logs: every record and raw counter for the diagnosis",
+        help="the job's Darshan logs, read instead of the database's Darshan points",
     )
     g.add_argument(
         "--start",
