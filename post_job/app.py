@@ -116,17 +116,16 @@ def run_point(points: Sequence[Point], tags: dict[str, str]) -> Point | None:
 
 
 def _metadata_share(points: Iterable[Point]) -> float | None:
-    """Metadata time / I/O time of the POSIX records kept (meta_fraction x io_time summed)."""
-    meta = total = 0.0
+    """POSIX metadata time / (metadata + read + write time), all records of all the job's logs
+    (the module totals of the job's record): the report's summary ``metadata_time_share``."""
+    times = {"meta": 0.0, "read": 0.0, "write": 0.0}
     for point in points:
-        if point.measurement != "darshan_record" or point.tags.get("module") != "POSIX":
+        if point.measurement != "darshan_module" or point.tags.get("module") != "POSIX":
             continue
-        time = _number(point.fields, "io_time")
-        if time is None or time <= 0:
-            continue
-        total += time
-        meta += (_number(point.fields, "meta_fraction") or 0.0) * time
-    return meta / total if total > 0 else None
+        for kind in times:
+            times[kind] += _number(point.fields, f"posix_f_{kind}_time") or 0.0
+    total = sum(times.values())
+    return times["meta"] / total if total > 0 else None
 
 
 def identify(points: list[Point], job: JobContext) -> list[Point]:

@@ -22,7 +22,6 @@ from hpcmon.post_job.model import JobContext
 from hpcmon.post_job.points import FieldValue, Point
 from hpcmon.report.insights import HIGH, WARN, Insight, diagnose
 from hpcmon.report.model import JobData
-from hpcmon.report.records import darshan_from_rows, rows_from_points
 from hpcmon.report.score import insight_score, job_score
 
 MEASUREMENT = "job_diagnosis"
@@ -36,6 +35,9 @@ def diagnosis_points(
 ) -> list[Point]:
     """The job point and one point per high/warn insight, from the Darshan points of
     ``logs`` (not computed twice); [] without any log."""
+    # here, not at the top: report.records reads the record layout of this very package
+    from hpcmon.report.records import darshan_from_rows, rows_from_points
+
     if not logs:
         return []
     data = darshan_from_rows(rows_from_points(log_points))

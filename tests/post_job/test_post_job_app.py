@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -65,6 +66,14 @@ def test_every_point_gets_app_and_user_and_one_app_run(tmp_path: Path) -> None:
     )
     assert 0 < run["fields"]["metadata_time_share"] < 1
     assert "energy_joules" not in run["fields"]  # no GEOPM report
+    report = tmp_path / "report.json"  # the report's summary of the same log: the same share
+    command = [sys.executable, "-m", "hpcmon.report", "--job-id", "7", "--darshan", str(OLD)]
+    command += ["--format", "json", "--output", str(report)]
+    subprocess.run(command, cwd=ROOT, capture_output=True, check=True, timeout=300)
+    summary = json.loads(report.read_text())["summary"]
+    assert run["fields"]["metadata_time_share"] == pytest.approx(
+        summary["metadata_time_share"], rel=1e-9
+    )
 
 
 def test_app_flag_wins_and_logs_of_two_executables_take_the_one_moving_most(tmp_path) -> None:
