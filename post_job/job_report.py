@@ -84,7 +84,10 @@ def write_job_report(
             fmt=config.report.format,
         )
     except Exception as exc:  # noqa: BLE001 - the points are in: a report failure is one line
-        log.warning("job=%s report not written: %s: %s", job.job_id, type(exc).__name__, exc)
+        # the type only (the report is built from the job's points); details at debug level
+        log.debug("job=%s report failed", job.job_id, exc_info=True)
+        reason = str(exc) if isinstance(exc, TimeoutError) else type(exc).__name__
+        log.warning("job=%s report not written: %s", job.job_id, reason)
         return None
     log.info("job=%s report written: %s", job.job_id, written)
     return written
