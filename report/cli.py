@@ -191,8 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the type only: a message may quote what the job wrote (its tags, its Darshan log)
         log.debug("job %s: cannot build the report", options.job_id, exc_info=True)
         print(
-            f"hpcmon-report: job {options.job_id}: cannot build the report: "
-            f"{type(exc).__name__}",
+            f"hpcmon-report: job {options.job_id}: cannot build the report: {type(exc).__name__}",
             file=sys.stderr,
         )
         return 1
