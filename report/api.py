@@ -11,6 +11,7 @@ import os
 import tempfile
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -370,8 +371,10 @@ def write_report(
     deadline: float | None = None,
     fmt: str | None = None,
     darshan_logs: tuple[Path, ...] = (),
+    write: Callable[[Path, str], None] | None = None,
 ) -> Path:
-    """For the post-job epilog: read, diagnose, render, write ``out_path`` atomically.
+    """For the post-job epilog: read, diagnose, render, write ``out_path`` atomically
+    (``write``: how, e.g. relative to a directory the epilog opened safely).
 
     ``deadline`` is an absolute ``time.monotonic()`` value; every server read gets at most the
     time left (at least 1 s). The format follows the suffix (.html, .json, else text) unless
@@ -389,7 +392,7 @@ def write_report(
     text = render(job, build(job, sources), fmt)
     if deadline is not None and time.monotonic() > deadline:
         raise TimeoutError(f"report for job {job_id} not written: time limit reached")
-    write_atomically(out_path, text)
+    (write or write_atomically)(out_path, text)
     return out_path
 
 
