@@ -131,3 +131,20 @@ def test_longterm_regressed_applications(written) -> None:
         query, {"timeFilter": f"time >= 0 AND time < {regressed}"}
     )  # alice's three runs before it wrote the same: nothing regressed
     assert written.series(before, db=DATABASE) == []
+
+
+def test_application_charts_are_one_bar_per_run_oldest_first() -> None:
+    """Grafana's side of the order: table rows (newest first, as queried), one bar per row,
+    sorted by start ascending; the variables are hidden and follow the job id."""
+    board = generate.dashboards(dashboards_config.Config())["hpcmon-job"]
+    charts = [p for p in lint.panels(board) if p["type"] == "bargauge" and "per run" in p["title"]]
+    assert len(charts) == 6
+    for chart in charts:
+        assert chart["options"]["reduceOptions"]["values"] is True
+        assert [t["resultFormat"] for t in chart["targets"]] == ["table"]
+        assert "ORDER BY time DESC" in chart["targets"][0]["query"]
+        assert chart["transformations"] == [
+            {"id": "sortBy", "options": {"sort": [{"field": "Time", "desc": False}]}}
+        ]
+    hidden = {v["name"]: v["hide"] for v in board["templating"]["list"]}
+    assert [hidden[name] for name in ("app", "user", "jobstart")] == [2, 2, 2]
