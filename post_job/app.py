@@ -27,6 +27,10 @@ log = logging.getLogger("hpcmon.post_job")
 APP_RUN = "app_run"
 MAX_APP_LENGTH = 200
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Characters that end or escape an InfluxQL string or regex, or start a Grafana variable: the
+# dashboards put $app into '...' (a Slurm job name is the user's own text).
+UNSAFE = "'\"`\\/$"
+_UNSAFE = re.compile("[" + re.escape(UNSAFE) + "]")
 _ENERGY_FIELDS = ("package_energy_joules", "dram_energy_joules", "gpu_energy_joules")
 
 
@@ -38,7 +42,15 @@ def app_name_problem(name: str) -> str | None:
         return f"the application name is longer than {MAX_APP_LENGTH} characters"
     if _CONTROL.search(name):
         return "the application name holds a control character"
+    if _UNSAFE.search(name):
+        return "the application name holds one of ' \" ` \\ / $ (they break dashboard queries)"
     return None
+
+
+def safe_app_name(name: str) -> str:
+    """An executable's base name with control and unsafe characters replaced by ``_``: the
+    executable is not the user's choice of name, so it is kept, made harmless."""
+    return _UNSAFE.sub("_", _CONTROL.sub("_", name))
 
 
 def app_from_command_line(command_line: str) -> str:
@@ -61,7 +73,7 @@ def darshan_app(points: Iterable[Point]) -> str | None:
         if point.measurement != "darshan_job":
             continue
         exe = point.fields.get("exe")
-        name = app_from_command_line(exe) if isinstance(exe, str) else ""
+        name = safe_app_name(app_from_command_line(exe)) if isinstance(exe, str) else ""
         if name and not app_name_problem(name):
             moved[name] += sum(
                 _number(point.fields, f) or 0.0 for f in ("total_bytes_read", "total_bytes_written")
@@ -151,7 +163,7 @@ def check_app_template(text: str, where: str) -> str:
     rest = text.replace(JOB_NAME, "")
     if "{" in rest or "}" in rest:
         raise ConfigError(f"{where}: the only placeholder is {JOB_NAME}")
-    problem = app_name_problem(text) if JOB_NAME not in text else None
+    problem = app_name_problem(text.replace(JOB_NAME, "x"))  # the job name is checked per job
     if problem:
         raise ConfigError(f"{where}: {problem}")
     return text
