@@ -203,13 +203,19 @@ def table(spec: PanelSpec, sort_by: str = "", transformations: list | None = Non
     )
 
 
-def bargauge(spec: PanelSpec) -> core.Panel:
+def bargauge(
+    spec: PanelSpec, rows: bool = False, transformations: list | None = None
+) -> core.Panel:
+    """One bar per series (its last value), or with ``rows`` one bar per row of a table query
+    (named by the row's text fields, in the rows' order)."""
+    reduce = {"calcs": [], "fields": "", "values": True} if rows else _REDUCE_LAST
     return core.BarGauge(
         title=spec.title,
         description=spec.description,
         dataSource=datasource(spec.kind),
-        targets=_targets(spec.kind, spec.queries, table=False),
+        targets=_targets(spec.kind, spec.queries, table=rows),
         format=spec.unit,
+        transformations=transformations or [],
         extraJson={
             "fieldConfig": _field_defaults(spec.unit, {}),
             "options": {
@@ -220,7 +226,7 @@ def bargauge(spec: PanelSpec) -> core.Panel:
                 "minVizWidth": 8,
                 "namePlacement": "auto",
                 "orientation": "horizontal",
-                "reduceOptions": _REDUCE_LAST,
+                "reduceOptions": reduce,
                 "showUnfilled": True,
                 "sizing": "auto",
                 "valueMode": "color",

@@ -10,6 +10,8 @@ from . import grafana as g
 from .config import Config
 from .grafana import INFLUXDB, PanelSpec, Query
 from .grafana import datasource as datasource_of
+from .jobs import JOB_ROWS
+from .jobs import MEASUREMENT as DIAGNOSIS
 from .overview import JOB_LINK_TITLE
 from .uids import JOB_UID
 
@@ -35,19 +37,38 @@ def app_filter(config: Config) -> str:
 
 
 def application_variables(config: Config) -> list[core.Template]:
-    """app and user of the chosen job, from its app_run point (hidden: they follow $jobid)."""
+    """app and user of the chosen job, from its app_run point, and its start (``jobstart``,
+    epoch seconds) that bounds the runs shown (hidden: they follow $jobid, not the time
+    range, which a link from a list of jobs sets to that list's range)."""
+    this_job = f"WHERE \"jobid\" = '$jobid'{_cluster(config)}"
+    tags = [
+        (name, label, f'SHOW TAG VALUES FROM "{APP_RUN}" WITH KEY = "{name}" {this_job}')
+        for name, label in (("app", "Application"), ("user", "User"))
+    ]
+    start = ("jobstart", "Job start", f'SELECT last("start_time") FROM "{APP_RUN}" {this_job}')
     return [
         core.Template(
             name=name,
             label=label,
-            query=f'SHOW TAG VALUES FROM "{APP_RUN}" WITH KEY = "{name}" '
-            f"WHERE \"jobid\" = '$jobid'{_cluster(config)}",
+            query=query,
             dataSource=datasource_of(INFLUXDB),
             refresh=1,
             hide=2,
         )
-        for name, label in (("app", "Application"), ("user", "User"))
+        for name, label, query in [*tags, start]
     ]
+
+
+def runs_filter(config: Config) -> str:
+    """The app's runs by the user that started up to the job (the job included): app_run's
+    ``start_time`` field is the exact float the ``jobstart`` variable holds."""
+    return f'{app_filter(config)} AND "start_time" <= $jobstart'
+
+
+def scores_filter(config: Config) -> str:
+    """The same runs' job_diagnosis score points: stamped at the job's first whole second,
+    never after the app_run start, so a time bound (InfluxQL folds the product to ns)."""
+    return f"{JOB_ROWS} AND {app_filter(config)} AND time <= $jobstart * 1000000000"
 
 
 def _run_link() -> dict[str, object]:
@@ -60,24 +81,45 @@ def _run_link() -> dict[str, object]:
     }
 
 
+# title, unit, measurement, figure fields (field, alias) of the per-run charts
+_CHARTS = (
+    ("Bytes per run", "bytes", APP_RUN, (("bytes_read", "read"), ("bytes_written", "written"))),
+    ("Operations per run", "short", APP_RUN, (("reads", "reads"), ("writes", "writes"))),
+    (
+        "Metadata share of I/O time per run",
+        "percentunit",
+        APP_RUN,
+        (("metadata_time_share", "metadata"),),
+    ),
+    ("I/O score per run", "none", DIAGNOSIS, (("score", "I/O score"),)),
+    ("Runtime per run", "s", APP_RUN, (("runtime", "runtime"),)),
+    ("Energy per run (GEOPM)", "joule", APP_RUN, (("energy_joules", "energy"),)),
+)
+TABLE_RUNS = 50
+CHART_RUNS = 20
+# InfluxQL cannot reverse a LIMITed subquery: the newest runs come newest first, Grafana sorts
+_OLDEST_FIRST = {"id": "sortBy", "options": {"sort": [{"field": "Time", "desc": False}]}}
+
+
 def add_application_row(layout: g.Layout, config: Config) -> None:
-    runs = app_filter(config)
-    layout.row("Application: the runs of $app by $user")
+    runs = runs_filter(config)
+    layout.row("Application: the runs of $app by $user up to this job")
     spec = PanelSpec(
         INFLUXDB,
-        "Runs of this application (newest first)",
+        "Runs of this application up to this job (newest first)",
         "short",
         [
             Query(
                 'SELECT "jobid", "runtime", "bytes_read", "bytes_written", "reads", "writes", '
                 '"metadata_time_share", "energy_joules", '
                 '("start_time" + "runtime") * 1000 AS "end_ms" '
-                f'FROM "{APP_RUN}" WHERE {runs} ORDER BY time DESC LIMIT 50'
+                f'FROM "{APP_RUN}" WHERE {runs} ORDER BY time DESC LIMIT {TABLE_RUNS}'
             )
         ],
-        description="One row per job of the application by the same user (app_run points: "
-        "Darshan totals over the job's logs, metadata share of POSIX I/O time, GEOPM energy). "
-        "The job id opens that run's drill-down.",
+        description=f"The {TABLE_RUNS} newest jobs of the application by the same user that "
+        "started up to this one, this one first (app_run points: Darshan totals over the job's "
+        "logs, metadata share of POSIX I/O time, GEOPM energy). The job id opens that run's "
+        "drill-down.",
     )
     spec.links, spec.link_field = [_run_link()], "jobid"
     panel = g.table(spec)
@@ -100,21 +142,27 @@ def add_application_row(layout: g.Layout, config: Config) -> None:
         }
     )
     layout.add(panel, width=24, height=8)
-    for title, unit, fields in (
-        ("Bytes per run", "bytes", (("bytes_read", "read"), ("bytes_written", "written"))),
-        ("Runtime per run", "s", (("runtime", "runtime"),)),
-        ("Energy per run (GEOPM)", "joule", (("energy_joules", "energy"),)),
-    ):
-        selected = ", ".join(f'last("{name}") AS "{alias}"' for name, alias in fields)
+    scores = scores_filter(config)
+    for title, unit, measurement, fields in _CHARTS:
+        selected = ", ".join(f'"{name}" AS "{alias}"' for name, alias in fields)
+        where = runs if measurement == APP_RUN else scores
+        query = (
+            f'SELECT "jobid", {selected} FROM "{measurement}" WHERE {where} '
+            f"ORDER BY time DESC LIMIT {CHART_RUNS}"
+        )
         layout.add(
             g.bargauge(
                 PanelSpec(
                     INFLUXDB,
                     title,
                     unit,
-                    [Query(f'SELECT {selected} FROM "{APP_RUN}" WHERE {runs} GROUP BY "jobid"')],
-                    description="Each run of the application by the same user, by job id.",
-                )
+                    [Query(query)],
+                    description=f"The {CHART_RUNS} newest runs of the application by the same "
+                    "user up to this job, oldest first (this job last), one bar per run and "
+                    "figure, named by job id.",
+                ),
+                rows=True,
+                transformations=[_OLDEST_FIRST],
             ),
             width=8,
         )

@@ -119,8 +119,8 @@ def build(config: Config) -> core.Dashboard:
                 "Top files by bytes",
                 "bytes",
                 'SELECT top("bytes", 10) AS "bytes", "file", "module", "rank" FROM ('
-                'SELECT "bytes_read" + "bytes_written" AS "bytes", "file" FROM "darshan_record" '
-                f'WHERE {job} GROUP BY "module", "rank")',
+                'SELECT "bytes_read" + "bytes_written" AS "bytes", "file", "rank" '
+                f'FROM "darshan_record" WHERE {job} GROUP BY "module")',
                 description="Darshan records by bytes read plus written (rank -1: shared).",
             ),
             {"bytes": "bytes"},

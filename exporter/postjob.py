@@ -8,7 +8,9 @@ once and remembered by inode, size and modification time, so a long backlog cost
 The hook may write or flush at the same moment: spool files appear whole, are rewritten whole
 under the same name and disappear whole, and each listed name is read once, so no line is
 counted twice; a file gone between the listing and the read was sent, and is not counted.
-A spool directory that does not exist is an empty spool (0), not an error.
+A spool directory that does not exist is an empty spool (0), not an error; one the exporter
+may not read (it needs the spool's group) is ``hpcmon_postjob_spool_up 0`` and one log line,
+with no other figure for that kind (a 0 there would read as "nothing waiting").
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class Backlog:
     oldest_ns: int | None = None  # when the oldest waiting file was first spooled
     rejected_files: int = 0  # files in rejected/: refused lines, damaged frames, corrupt files
     rejected_lines: int = 0  # lines the server refused as bad data (rejected/*.jsonl)
+    readable: bool = True  # False: the exporter may not read it; the figures are unknown
 
 
 _Key = tuple[int, int, int]  # inode, size, mtime_ns: a rewritten file is a new key
@@ -67,10 +70,20 @@ class SpoolReader:
     def backlogs(self) -> list[Backlog]:
         with self._lock:
             seen: set[Path] = set()
-            result = [self._backlog(kind, seen) for kind in KINDS]
+            result = [self._readable_backlog(kind, seen) for kind in KINDS]
             for path in self._counts.keys() - seen:
                 del self._counts[path]
             return result
+
+    def _readable_backlog(self, kind: str, seen: set[Path]) -> Backlog:
+        try:
+            return self._backlog(kind, seen)
+        except OSError as exc:  # not FileNotFoundError: a file gone was sent (see _count)
+            self.problems.warn(
+                f"post-job spool {self.root / kind}: cannot read: {exc.strerror or exc} "
+                "(the exporter's user needs the spool's group)"
+            )
+            return Backlog(kind, readable=False)
 
     def _backlog(self, kind: str, seen: set[Path]) -> Backlog:
         directory = self.root / kind
@@ -117,6 +130,8 @@ class SpoolReader:
         try:
             batch = read_batch(path)
         except SpoolFileError as exc:  # the next flush moves it to rejected/ as .corrupt
+            if isinstance(exc.__cause__, PermissionError):
+                raise exc.__cause__ from None  # not corrupt: unknown to this user
             self.problems.warn(f"post-job spool: {exc}")
             return 0
         for problem in batch.problems:
@@ -163,6 +178,14 @@ class PostJobCollector(FamilyCollector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         backlogs = self.reader.backlogs()
         now_ns = time.time_ns()
+        up = GaugeMetricFamily(
+            names.POSTJOB_SPOOL_UP,
+            "Whether the exporter could read the spool (0: it needs the spool's group).",
+            labels=["kind"],
+        )
+        for backlog in backlogs:
+            up.add_metric([backlog.kind], float(backlog.readable))
+        yield up
         families = [
             (names.POSTJOB_SPOOL_LINES, "Lines waiting in the spool to be sent.", "lines"),
             (names.POSTJOB_SPOOL_FILES, "Spool files waiting to be sent.", "files"),
@@ -185,6 +208,8 @@ class PostJobCollector(FamilyCollector):
         for name, documentation, field in families:
             family = GaugeMetricFamily(name, documentation, labels=["kind"])
             for backlog in backlogs:
+                if not backlog.readable:
+                    continue
                 if field == "oldest":
                     oldest = backlog.oldest_ns
                     value = 0.0 if oldest is None else max(now_ns - oldest, 0) / 1e9

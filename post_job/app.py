@@ -27,6 +27,10 @@ log = logging.getLogger("hpcmon.post_job")
 APP_RUN = "app_run"
 MAX_APP_LENGTH = 200
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Characters that end or escape an InfluxQL string or regex, or start a Grafana variable: the
+# dashboards put $app into '...' (a Slurm job name is the user's own text).
+UNSAFE = "'\"`\\/$"
+_UNSAFE = re.compile("[" + re.escape(UNSAFE) + "]")
 _ENERGY_FIELDS = ("package_energy_joules", "dram_energy_joules", "gpu_energy_joules")
 
 
@@ -38,7 +42,15 @@ def app_name_problem(name: str) -> str | None:
         return f"the application name is longer than {MAX_APP_LENGTH} characters"
     if _CONTROL.search(name):
         return "the application name holds a control character"
+    if _UNSAFE.search(name):
+        return "the application name holds one of ' \" ` \\ / $ (they break dashboard queries)"
     return None
+
+
+def safe_app_name(name: str) -> str:
+    """An executable's base name with control and unsafe characters replaced by ``_``: the
+    executable is not the user's choice of name, so it is kept, made harmless."""
+    return _UNSAFE.sub("_", _CONTROL.sub("_", name))
 
 
 def app_from_command_line(command_line: str) -> str:
@@ -61,7 +73,7 @@ def darshan_app(points: Iterable[Point]) -> str | None:
         if point.measurement != "darshan_job":
             continue
         exe = point.fields.get("exe")
-        name = app_from_command_line(exe) if isinstance(exe, str) else ""
+        name = safe_app_name(app_from_command_line(exe)) if isinstance(exe, str) else ""
         if name and not app_name_problem(name):
             moved[name] += sum(
                 _number(point.fields, f) or 0.0 for f in ("total_bytes_read", "total_bytes_written")
@@ -116,17 +128,16 @@ def run_point(points: Sequence[Point], tags: dict[str, str]) -> Point | None:
 
 
 def _metadata_share(points: Iterable[Point]) -> float | None:
-    """Metadata time / I/O time of the POSIX records kept (meta_fraction x io_time summed)."""
-    meta = total = 0.0
+    """POSIX metadata time / (metadata + read + write time), all records of all the job's logs
+    (the module totals of the job's record): the report's summary ``metadata_time_share``."""
+    times = {"meta": 0.0, "read": 0.0, "write": 0.0}
     for point in points:
-        if point.measurement != "darshan_record" or point.tags.get("module") != "POSIX":
+        if point.measurement != "darshan_module" or point.tags.get("module") != "POSIX":
             continue
-        time = _number(point.fields, "io_time")
-        if time is None or time <= 0:
-            continue
-        total += time
-        meta += (_number(point.fields, "meta_fraction") or 0.0) * time
-    return meta / total if total > 0 else None
+        for kind in times:
+            times[kind] += _number(point.fields, f"posix_f_{kind}_time") or 0.0
+    total = sum(times.values())
+    return times["meta"] / total if total > 0 else None
 
 
 def identify(points: list[Point], job: JobContext) -> list[Point]:
@@ -152,7 +163,7 @@ def check_app_template(text: str, where: str) -> str:
     rest = text.replace(JOB_NAME, "")
     if "{" in rest or "}" in rest:
         raise ConfigError(f"{where}: the only placeholder is {JOB_NAME}")
-    problem = app_name_problem(text) if JOB_NAME not in text else None
+    problem = app_name_problem(text.replace(JOB_NAME, "x"))  # the job name is checked per job
     if problem:
         raise ConfigError(f"{where}: {problem}")
     return text

@@ -371,6 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if missing_package(exc):
                 raise  # the extra is not installed: hpcmon.entry names it
             log.debug("run failed", exc_info=True)
-            log.error("job=%s internal error: %s: %s", job.job_id, type(exc).__name__, exc)
+            # the type only: a message may quote an input (its details are in the debug log)
+            log.error("job=%s internal error: %s", job.job_id, type(exc).__name__)
             return EXIT_PROBLEMS
     return exit_status(report)

@@ -138,7 +138,8 @@ def run_epilog(
             return _run(config, env, now, failure)
         except Exception as exc:  # noqa: BLE001 - never fail a user's job over a bug of ours
             log.debug("epilog run failed", exc_info=True)
-            log.error("internal error: %s: %s", type(exc).__name__, exc)
+            # the type only: a message may quote an input (its details are in the debug log)
+            log.error("internal error: %s", type(exc).__name__)
             return failure
 
 

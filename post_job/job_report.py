@@ -4,7 +4,11 @@ A failure here is one line, never the epilog's status."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
+import os
+import secrets
 import stat
 from pathlib import Path
 
@@ -18,17 +22,104 @@ from hpcmon.post_job.writers import Deadline
 log = logging.getLogger("hpcmon.post_job.epilog")
 
 
-def report_dir_problem(directory: Path) -> str | None:
-    """Why the report must not be written there: a directory others can write to would let
-    a user swap the report (or the directory) for a link while root writes it."""
+class ReportDirError(Exception):
+    """Why the report must not be written where the config says (one line)."""
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def open_report_dir(directory: Path) -> int:
+    """A descriptor of ``directory``, reached from ``/`` one component at a time without
+    following a link, so a user cannot point the path (e.g. ``/scratch/{user}/...``)
+    elsewhere, nor swap a component once it is checked: the report is then written relative
+    to the descriptor. The directory itself must be owned by root (or by the hook's own user
+    when it does not run as root) and not writable by others; a missing component is created
+    (mode 0755) only inside such a directory (or a sticky one, like /tmp)."""
+    parts = Path(os.path.abspath(directory)).parts[1:]
+    if ".." in parts:
+        raise ReportDirError(f"{directory}: '..' in the path; refused")
+    fd = os.open("/", _DIR_FLAGS)
+    here = Path("/")
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        mode = directory.stat().st_mode
+        for name in parts:
+            here = here / name
+            parent, fd = fd, -1
+            try:
+                fd = _step(parent, name, here)
+            finally:
+                os.close(parent)
+        info = os.fstat(fd)
+        if info.st_uid not in (0, os.geteuid()):
+            raise ReportDirError(f"{here}: owned by uid {info.st_uid}, not by root; refused")
+        if info.st_mode & stat.S_IWOTH:
+            mode = stat.S_IMODE(info.st_mode)
+            raise ReportDirError(f"{here}: writable by others (mode {mode:o}); refused")
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        raise
+    return fd
+
+
+def _step(parent: int, name: str, path: Path) -> int:
+    """The next component's descriptor, created when missing."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except FileNotFoundError:
+        return _create(parent, name, path)
     except OSError as exc:
-        return f"{directory}: cannot create: {exc.strerror or exc}"
-    if mode & stat.S_IWOTH:
-        return f"{directory}: writable by others (mode {stat.S_IMODE(mode):o}); refused"
-    return None
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(parent, name):
+            raise ReportDirError(f"{path}: a symbolic link; refused") from None
+        raise ReportDirError(f"{path}: cannot open: {exc.strerror or exc}") from None
+
+
+def _create(parent: int, name: str, path: Path) -> int:
+    info = os.fstat(parent)
+    trusted = info.st_uid in (0, os.geteuid()) and (
+        not info.st_mode & stat.S_IWOTH or info.st_mode & stat.S_ISVTX
+    )
+    if not trusted:
+        raise ReportDirError(f"{path}: missing, and its parent is not root's; refused")
+    try:
+        os.mkdir(name, 0o700, dir_fd=parent)
+    except FileExistsError:
+        pass  # made meanwhile: opened and checked like any other
+    except OSError as exc:
+        raise ReportDirError(f"{path}: cannot create: {exc.strerror or exc}") from None
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except OSError as exc:
+        raise ReportDirError(f"{path}: cannot open: {exc.strerror or exc}") from None
+    if os.fstat(fd).st_uid == os.geteuid():
+        os.fchmod(fd, 0o755)  # explicit: not the umask's
+    return fd
+
+
+def _is_link(parent: int, name: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(name, dir_fd=parent).st_mode)
+    except OSError:
+        return False
+
+
+def write_in_dir(directory: int, name: str, text: str, mode: int = 0o644) -> None:
+    """``name`` in the opened ``directory``, replaced atomically: a temporary file created
+    there (never through a link) and renamed over it (a link there is replaced, not followed)."""
+    temporary = f".{name}.{secrets.token_hex(8)}.tmp"
+    flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(temporary, flags, 0o600, dir_fd=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+            os.fchmod(handle.fileno(), mode)
+        os.replace(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary, dir_fd=directory)
+        raise
 
 
 def write_job_report(
@@ -60,9 +151,10 @@ def write_job_report(
         return None
     suffix = REPORT_FORMATS[config.report.format]
     target = Path(output_path(config.report.dir, job, config.cluster)) / f"{job.job_id}.{suffix}"
-    problem = report_dir_problem(target.parent)
-    if problem:
-        log.warning("job=%s report not written: %s", job.job_id, problem)
+    try:
+        directory = open_report_dir(target.parent)
+    except ReportDirError as exc:
+        log.warning("job=%s report not written: %s", job.job_id, exc)
         return None
     influx = InfluxSettings(
         v1_url=settings.v1_url,
@@ -82,9 +174,15 @@ def write_job_report(
             target,
             deadline=deadline.end,
             fmt=config.report.format,
+            write=lambda path, text: write_in_dir(directory, path.name, text),
         )
     except Exception as exc:  # noqa: BLE001 - the points are in: a report failure is one line
-        log.warning("job=%s report not written: %s: %s", job.job_id, type(exc).__name__, exc)
+        # the type only (the report is built from the job's points); details at debug level
+        log.debug("job=%s report failed", job.job_id, exc_info=True)
+        reason = str(exc) if isinstance(exc, TimeoutError) else type(exc).__name__
+        log.warning("job=%s report not written: %s", job.job_id, reason)
         return None
+    finally:
+        os.close(directory)
     log.info("job=%s report written: %s", job.job_id, written)
     return written

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import faulthandler
 import json
+import logging
 import math
 import os
 import pwd
@@ -265,6 +266,7 @@ def _child(
     """Drop, bound, check the inputs, read, send; the exit status."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's handler is not ours
     faulthandler.disable()  # a crash is the parent's one line, not a dump on stderr
+    _forget_the_hook(conn.fileno())
     _die_with(parent)
     reader = policy.reader_uid  # decided before the drop changes geteuid()
     if policy.drops:
@@ -300,6 +302,28 @@ def _child(
         conn.send_bytes(data)
     conn.close()
     return 0
+
+
+def _forget_the_hook(keep: int) -> None:
+    """Nothing of root's beyond the reply pipe: every inherited file descriptor closed
+    (spool lock, config, syslog socket, an InfluxDB connection) but the pipe and stdout and
+    stderr, stdin from /dev/null, and the credentials gone from the environment."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    if null != 0:
+        os.dup2(null, 0)
+        os.close(null)
+    os.closerange(3, keep)
+    os.closerange(keep + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+    logging.raiseExceptions = False  # a handler whose socket is closed says nothing
+    for name in list(os.environ):
+        if secret_variable(name):
+            del os.environ[name]
+
+
+def secret_variable(name: str) -> bool:
+    """An environment variable that may hold a credential (the writers' INFLUX_*)."""
+    upper = name.upper()
+    return upper.startswith("INFLUX") or upper.endswith(("_TOKEN", "_PASSWORD", "_SECRET"))
 
 
 def _plain(value: Any) -> Any:

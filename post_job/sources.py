@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hpcmon.entry import missing_package
+from hpcmon.post_job import files
 from hpcmon.post_job.model import JobContext, SourceOutput
 
 log = logging.getLogger("hpcmon.post_job")
@@ -81,7 +82,8 @@ def run_source(request: SourceRequest, job: JobContext) -> SourceOutput:
         if missing_package(exc):
             raise  # a library of the post-job extra imported late, not installed
         log.debug("source %s raised", request.name, exc_info=True)
-        return SourceOutput(errors=[f"failed: {type(exc).__name__}: {exc}"])
+        # the type only: the message may quote the file (files.unexpected_error)
+        return SourceOutput(errors=[files.unexpected_error("failed", "reading", exc)])
     if not isinstance(output, SourceOutput):
         return SourceOutput(errors=[f"returned {type(output).__name__}, not SourceOutput"])
     return output

@@ -19,6 +19,7 @@ import itertools
 import json
 import logging
 import os
+import stat
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -56,11 +57,33 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+# Explicit, not the umask's: the lines are the jobs' (paths, users), so not for every user of
+# the node; the exporter's postjob collector reads them as the spool's group.
+FILE_MODE, DIR_MODE = 0o640, 0o750
+
+
+def make_dir(path: Path) -> None:
+    """``path`` and its missing parents, each mode 0750 (keeping a set-group-ID bit, by which
+    the spool's group passes to what is made in it)."""
+    missing: list[Path] = []
+    while not path.is_dir():
+        missing.append(path)
+        path = path.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir()
+        except FileExistsError:
+            continue
+        os.chmod(directory, DIR_MODE | (directory.stat().st_mode & stat.S_ISGID))
+
+
 def atomic_write(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so readers see the old file or the whole new one, never part."""
     tmp = path.parent / f".tmp-{path.name}-{os.getpid()}-{time.monotonic_ns()}"
     try:
-        with open(tmp, "wb") as handle:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(fd, FILE_MODE)
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
@@ -95,7 +118,7 @@ class Spool:
 
     def _ensure(self) -> None:
         if not self.dir.is_dir():
-            self.dir.mkdir(parents=True, exist_ok=True)
+            make_dir(self.dir)
             _fsync_dir(self.dir.parent)  # the new directory entry must survive a crash too
 
     def add(self, lines: Sequence[str]) -> Path | None:
@@ -127,7 +150,7 @@ class Spool:
         """Park lines the server refused, with its reasons, for a human to look at."""
         if not rejected:
             return None
-        self.rejected_dir.mkdir(parents=True, exist_ok=True)
+        make_dir(self.rejected_dir)
         path = (
             self.rejected_dir
             / f"{time.time_ns():020d}-{os.getpid()}-{next(_SEQUENCE)}{REJECTED_LINES_SUFFIX}"
@@ -172,14 +195,14 @@ class Spool:
 
     def set_aside(self, path: Path, frames: Sequence[bytes]) -> Path:
         """Keep the damaged frames of a spool file, as they were, for inspection."""
-        self.rejected_dir.mkdir(parents=True, exist_ok=True)
+        make_dir(self.rejected_dir)
         target = self.rejected_dir / f"{path.name}.{time.time_ns()}.damaged"
         atomic_write(target, b"".join(frame + b"\n" for frame in frames))
         return target
 
     def quarantine(self, path: Path) -> Path:
         """Move an unreadable spool file aside so it never blocks the queue."""
-        self.rejected_dir.mkdir(parents=True, exist_ok=True)
+        make_dir(self.rejected_dir)
         target = self.rejected_dir / (path.name + ".corrupt")
         os.replace(path, target)
         return target
@@ -198,7 +221,7 @@ class Spool:
     def replay_lock(self) -> Iterator[bool]:
         """Non-blocking exclusive lock; yields False when another process is replaying."""
         self._ensure()
-        fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

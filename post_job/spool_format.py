@@ -140,11 +140,11 @@ def _decode_v1(data: bytes, name: str) -> list[str]:
     try:
         header = json.loads(data[:newline].decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
-        raise SpoolFileError(f"{name}: header is not JSON: {exc}") from exc
+        raise SpoolFileError(f"{name}: header is not JSON") from exc
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise SpoolFileError(f"{name}: not an hpcmon spool file")
     if header.get("version") != 1:
-        raise SpoolFileError(f"{name}: unsupported spool version {header.get('version')!r}")
+        raise SpoolFileError(f"{name}: unsupported spool version (only 1 and 2 are known)")
     count, digest = header.get("lines"), header.get("sha256")
     if not isinstance(count, int) or isinstance(count, bool) or not isinstance(digest, str):
         raise SpoolFileError(f"{name}: header lacks 'lines' or 'sha256'")
@@ -158,7 +158,7 @@ def _decode_v1(data: bytes, name: str) -> list[str]:
         try:
             line = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
-            raise SpoolFileError(f"{name}: line {number} is not a JSON string: {exc}") from exc
+            raise SpoolFileError(f"{name}: line {number} is not a JSON string") from exc
         if not isinstance(line, str):
             raise SpoolFileError(f"{name}: line {number} is not a JSON string")
         lines.append(line)

@@ -11,6 +11,7 @@ import os
 import tempfile
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -197,10 +198,13 @@ def summary(job: JobData) -> dict:
             mean_read_size_bytes=_f(bytes_read / reads) if reads else None,
             mean_write_size_bytes=_f(bytes_written / writes) if writes else None,
         )
-        posix = d.files.get("POSIX")
-        if posix is not None and len(posix):
-            meta = float(np.nansum(posix.col("meta_time")))
-            io = meta + np.nansum(posix.col("read_time")) + np.nansum(posix.col("write_time"))
+        posix = d.modules.get("POSIX")
+        times = [
+            posix.counter(f"posix_f_{kind}_time") if posix else None
+            for kind in ("meta", "read", "write")
+        ]
+        if all(t is not None for t in times):
+            meta, io = times[0], sum(times)  # type: ignore[arg-type]
             out["metadata_time_share"] = _f(meta / io) if io > 0 else None
     energy = None
     power = job.prometheus.power if job.prometheus else None
@@ -244,19 +248,10 @@ def top_files(job: JobData, n: int = 10) -> list[dict]:
 
 
 def bytes_per_rank(job: JobData) -> dict[int, float]:
-    """Bytes moved by each rank's own (non-shared) POSIX records."""
-    posix = job.darshan.files.get("POSIX") if job.darshan else None
-    if posix is None or not len(posix):
+    """Bytes moved by each rank on its own (not shared) files, in the job totals' modules."""
+    if job.darshan is None:
         return {}
-    ranks = posix.col("rank")
-    moved = np.nan_to_num(posix.col("bytes_read") + posix.col("bytes_written"))
-    own = (ranks >= 0) & (ranks < 2**31)
-    if not own.any():
-        return {}
-    keys, inverse = np.unique(ranks[own].astype(np.int64), return_inverse=True)
-    totals = np.zeros(len(keys))
-    np.add.at(totals, inverse, moved[own])
-    return {int(k): float(v) for k, v in zip(keys, totals, strict=True)}
+    return {rank: read + written for rank, (read, written, _) in sorted(job.darshan.ranks.items())}
 
 
 def grafana_link(job: JobData, sources: Sources) -> str | None:
@@ -376,8 +371,10 @@ def write_report(
     deadline: float | None = None,
     fmt: str | None = None,
     darshan_logs: tuple[Path, ...] = (),
+    write: Callable[[Path, str], None] | None = None,
 ) -> Path:
-    """For the post-job epilog: read, diagnose, render, write ``out_path`` atomically.
+    """For the post-job epilog: read, diagnose, render, write ``out_path`` atomically
+    (``write``: how, e.g. relative to a directory the epilog opened safely).
 
     ``deadline`` is an absolute ``time.monotonic()`` value; every server read gets at most the
     time left (at least 1 s). The format follows the suffix (.html, .json, else text) unless
@@ -395,7 +392,7 @@ def write_report(
     text = render(job, build(job, sources), fmt)
     if deadline is not None and time.monotonic() > deadline:
         raise TimeoutError(f"report for job {job_id} not written: time limit reached")
-    write_atomically(out_path, text)
+    (write or write_atomically)(out_path, text)
     return out_path
 
 

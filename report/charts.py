@@ -169,3 +169,101 @@ def history(rows: list[dict], titles: dict[str, str]) -> str | None:
         + "".join(parts)
         + "</svg>"
     )
+
+
+_OPERATIONS = ("reads", "writes", "opens", "stats", "seeks", "mmaps", "fsyncs", "flushes")
+_SIZE_BINS = ("0_100", "100_1k", "1k_10k", "10k_100k", "100k_1m", "1m_4m", "4m_10m")
+_SIZE_BINS += ("10m_100m", "100m_1g", "1g_plus")
+_SIZE_LABELS = ("0-100", "100-1K", "1K-10K", "10K-100K", "100K-1M", "1M-4M", "4M-10M")
+_SIZE_LABELS += ("10M-100M", "100M-1G", "1G+")
+
+
+def _prefix(module: str) -> str:
+    return "mpiio" if module == "MPI-IO" else module.lower()
+
+
+def _io_modules(job: JobData) -> list:
+    d = job.darshan
+    return [] if d is None else [t for _, t in sorted(d.modules.items()) if t.records > 0]
+
+
+def io_cost(job: JobData) -> str | None:
+    """Average seconds per process in reads, writes and metadata, per module, beside the
+    run time (PyDarshan's "I/O cost"); a job whose logs recorded no I/O shows its run time."""
+    d = job.darshan
+    if d is None:
+        return None
+    figure, axes = _figure()
+    processes = max(d.nprocs, 1)
+    labels, parts = [], {"read": [], "write": [], "metadata": []}
+    for totals in _io_modules(job):
+        p = _prefix(totals.module)
+        labels.append(totals.module)
+        for kind, name in (("read", "read"), ("write", "write"), ("metadata", "meta")):
+            parts[kind].append((totals.counter(f"{p}_f_{name}_time") or 0.0) / processes)
+    labels.append("run time")
+    for values in parts.values():
+        values.append(0.0)
+    left = np.zeros(len(labels))
+    for (kind, values), color in zip(
+        parts.items(), ("tab:blue", "tab:orange", "tab:green"), strict=True
+    ):
+        axes.barh(labels, values, left=left, label=kind, color=color)
+        left += np.array(values)
+    runtime = np.zeros(len(labels))
+    runtime[-1] = d.runtime
+    axes.barh(labels, runtime, color="tab:gray", label="run time")
+    axes.set_xlabel("seconds per process (average)")
+    if len(labels) == 1:
+        axes.set_title("no I/O module recorded any I/O", fontsize=8)
+    axes.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
+    return _svg(figure)
+
+
+def operation_counts(job: JobData) -> str | None:
+    """Calls per operation, one bar group per operation, one bar per module."""
+    modules = _io_modules(job)
+    found = []
+    for totals in modules:
+        p = _prefix(totals.module)
+        counts = [totals.counter(f"{p}_{op}") for op in _OPERATIONS]
+        if totals.module == "MPI-IO":
+            counts[0] = totals.reads
+            counts[1] = totals.writes
+            counts[2] = sum(totals.counter(f"mpiio_{k}_opens") or 0.0 for k in ("indep", "coll"))
+        if any(counts):
+            found.append((totals.module, [c or 0.0 for c in counts]))
+    if not found:
+        return None
+    figure, axes = _figure()
+    x = np.arange(len(_OPERATIONS))
+    width = 0.8 / len(found)
+    for i, (module, counts) in enumerate(found):
+        axes.bar(x + i * width, counts, width=width, label=module)
+    axes.set_xticks(x + 0.4 - width / 2, _OPERATIONS)
+    axes.set_ylabel("calls")
+    axes.set_yscale("symlog")
+    axes.legend(loc="upper right", fontsize=7, ncol=3)
+    return _svg(figure)
+
+
+def access_sizes(job: JobData) -> list[tuple[str, str]]:
+    """(module, picture) of each module's access-size histogram (reads and writes)."""
+    out = []
+    for totals in _io_modules(job):
+        p = _prefix(totals.module)
+        agg = "" if totals.module in ("POSIX", "DFS", "DAOS") else "agg_"
+        reads = [totals.counter(f"{p}_size_read_{agg}{b}") for b in _SIZE_BINS]
+        writes = [totals.counter(f"{p}_size_write_{agg}{b}") for b in _SIZE_BINS]
+        if None in reads or None in writes or not any(reads + writes):
+            continue
+        figure, axes = _figure()
+        x = np.arange(len(_SIZE_BINS))
+        axes.bar(x - 0.2, reads, width=0.4, label="read")
+        axes.bar(x + 0.2, writes, width=0.4, label="write")
+        axes.set_xticks(x, _SIZE_LABELS, fontsize=7)
+        axes.set_xlabel("access size (bytes)")
+        axes.set_ylabel("operations")
+        axes.legend(loc="upper right", fontsize=7)
+        out.append((totals.module, _svg(figure)))
+    return out

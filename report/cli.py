@@ -9,6 +9,7 @@ nothing written). No traceback reaches the user.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
 from datetime import datetime
@@ -29,6 +30,8 @@ from hpcmon.report.api import (
 from hpcmon.report.history import DEFAULT_RUNS, MAX_RUNS, SCOPES
 from hpcmon.report.influx import InfluxSettings
 from hpcmon.report.prometheus import DEFAULT_JOB_MATCHER
+
+log = logging.getLogger("hpcmon.report")
 
 
 class UsageError(Exception):
@@ -86,7 +89,7 @@ def parser() -> argparse.ArgumentParser:
         type=Path,
         default=[],
         metavar="LOG",
-        help="the job's Darshan logs: every record and raw counter for the diagnosis",
+        help="the job's Darshan logs, read instead of the database's Darshan points",
     )
     g.add_argument(
         "--start",
@@ -185,9 +188,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a bug or input nothing foresaw: one line, not a traceback
         if missing_package(exc):
             raise  # the extra is not installed: hpcmon.entry names it
+        # the type only: a message may quote what the job wrote (its tags, its Darshan log)
+        log.debug("job %s: cannot build the report", options.job_id, exc_info=True)
         print(
-            f"hpcmon-report: job {options.job_id}: cannot build the report: "
-            f"{type(exc).__name__}: {exc}",
+            f"hpcmon-report: job {options.job_id}: cannot build the report: {type(exc).__name__}",
             file=sys.stderr,
         )
         return 1

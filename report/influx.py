@@ -24,6 +24,7 @@ MEASUREMENTS = (
     "darshan_record",
     "darshan_heatmap",
     "darshan_heatmap_bin",
+    "darshan_rank",
     "recorder_function",
     "recorder_file",
     "viztracer_function",

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hpcmon.post_job.darshan.record import RANK_IMBALANCE, SLOW_METADATA_SECONDS
 from hpcmon.report.model import DarshanData, FileTable, JobData, Series
 from hpcmon.report.prometheus import integral
 
@@ -23,11 +24,11 @@ MIB = 1024.0 * 1024.0
 SMALL_REQUESTS = 0.1  # share of requests < 1 MiB
 SMALL_REQUESTS_ABSOLUTE = 1000
 MISALIGNED_REQUESTS = 0.1
-METADATA_TIME_RANK = 30.0  # seconds of metadata time on one record
+METADATA_TIME_RANK = SLOW_METADATA_SECONDS  # seconds of metadata time on one record
 RANDOM_OPERATIONS = 0.2
 RANDOM_OPERATIONS_ABSOLUTE = 1000
 IMBALANCE_STRAGGLERS = 0.15
-IMBALANCE_SIZE = 0.3
+IMBALANCE_SIZE = RANK_IMBALANCE
 INTERFACE_STDIO = 0.1
 COLLECTIVE_OPERATIONS_ABSOLUTE = 1000
 # this stack's rules
@@ -86,10 +87,18 @@ def _known(values: np.ndarray) -> bool:
     return bool(len(values)) and not np.all(np.isnan(values))
 
 
-def _coverage(table: FileTable) -> str:
-    if table.complete:
-        return "all records"
-    return f"{len(table)} of {table.total_records} records (counts are lower bounds)"
+ALL_RECORDS = "all records"  # the hook folds every record into its module's sums
+
+
+def _posix_counter(data: DarshanData, name: str) -> float | None:
+    """A POSIX counter summed over all records (or a folded rule input); None if unknown."""
+    totals = data.modules.get("POSIX")
+    return totals.counter(name) if totals else None
+
+
+def _posix_counters(data: DarshanData, names: list[str]) -> float | None:
+    values = [_posix_counter(data, name) for name in names]
+    return None if any(v is None for v in values) else float(sum(values))  # type: ignore[arg-type]
 
 
 def _top_files(table: FileTable, weights: np.ndarray, n: int = 5) -> list[str]:
@@ -110,11 +119,14 @@ def _stdio(job: JobData):
     if job.darshan is None:
         return NotEvaluated("stdio_heavy", "no Darshan data")
     data = job.darshan
-    stdio = data.modules.get("STDIO")
-    stdio_bytes = (stdio.bytes_read + stdio.bytes_written) if stdio else 0.0
-    total = data.total("bytes_read") + data.total("bytes_written")
-    if "STDIO" not in data.counted_modules:
-        total += stdio_bytes
+    moved = {
+        name: totals.bytes_read + totals.bytes_written
+        for name, totals in data.modules.items()
+        if totals.records
+    }
+    stdio_bytes = moved.get("STDIO", 0.0)
+    # Drishti's interfaces: POSIX and STDIO, MPI-IO when no POSIX (DAOS/DFS bytes not counted)
+    total = stdio_bytes + moved.get("POSIX", moved.get("MPI-IO", 0.0))
     if total and stdio_bytes / total > INTERFACE_STDIO:
         return Insight(
             "stdio_heavy",
@@ -145,6 +157,10 @@ def _no_mpiio(job: JobData):
     )
 
 
+_SMALL_BINS = {"reads": "read", "writes": "write"}
+_SMALL = ("0_100", "100_1k", "1k_10k", "10k_100k", "100k_1m")
+
+
 def _small(direction: str, shared: bool, code: str):
     rid = f"{'shared_' if shared else ''}small_{direction}"
     small_col = "small_reads" if direction == "reads" else "small_writes"
@@ -155,16 +171,18 @@ def _small(direction: str, shared: bool, code: str):
             return NotEvaluated(rid, found.reason)
         data, table = found
         rows = table.col("rank") == -1 if shared else np.ones(len(table), bool)
-        small = table.col(small_col)[rows]
-        if shared:
-            total = float(np.nansum(table.col(direction)[rows]))
-        else:
-            total = _ops_total(data, "POSIX", direction)
-        if not _known(small):
+        if shared:  # every shared record is kept
             if not rows.any():
                 return None
+            small = table.col(small_col)[rows]
+            total = float(np.nansum(table.col(direction)[rows]))
+            count = float(np.nansum(small)) if _known(small) else None
+        else:
+            total = _ops_total(data, "POSIX", direction)
+            bins = _SMALL_BINS[direction]
+            count = _posix_counters(data, [f"posix_size_{bins}_{size}" for size in _SMALL])
+        if count is None:
             return NotEvaluated(rid, "request size counts unknown")
-        count = float(np.nansum(small))
         if total and count / total > SMALL_REQUESTS and count > SMALL_REQUESTS_ABSOLUTE:
             where = "shared files" if shared else "the job"
             return Insight(
@@ -175,7 +193,7 @@ def _small(direction: str, shared: bool, code: str):
                     f"small_{direction}": count,
                     direction: total,
                     "share": count / total,
-                    "evaluated_on": _coverage(table),
+                    "evaluated_on": "all shared records" if shared else ALL_RECORDS,
                 },
                 "Aggregate requests into larger ones (buffering, MPI-IO collective buffering,"
                 " HDF5 chunking/caching); align to the stripe size.",
@@ -196,11 +214,10 @@ def _misaligned(kind: str, code: str):
         if isinstance(found, NotEvaluated):
             return NotEvaluated(rid, found.reason)
         data, table = found
-        values = table.col(column)
-        if not _known(values):
-            return NotEvaluated(rid, f"{column} is not in the InfluxDB points (needs --darshan)")
+        count = _posix_counter(data, f"posix_{column}")
+        if count is None:
+            return NotEvaluated(rid, f"POSIX_{column.upper()} is not in the Darshan data")
         ops = _ops_total(data, "POSIX", "reads") + _ops_total(data, "POSIX", "writes")
-        count = float(np.nansum(values))
         if ops and count / ops > MISALIGNED_REQUESTS:
             return Insight(
                 rid,
@@ -210,13 +227,13 @@ def _misaligned(kind: str, code: str):
                     "not_aligned": count,
                     "operations": ops,
                     "share": count / ops,
-                    "evaluated_on": _coverage(table),
+                    "evaluated_on": ALL_RECORDS,
                 },
                 "Align buffers (posix_memalign)"
                 if kind == "memory"
                 else "Align file offsets and request sizes to the file system block/stripe size.",
                 code,
-                _top_files(table, values),
+                _top_files(table, table.col(column)),
             )
         return None
 
@@ -232,11 +249,10 @@ def _random(direction: str, code: str):
         if isinstance(found, NotEvaluated):
             return NotEvaluated(rid, found.reason)
         data, table = found
-        seq = table.col(seq_col)
-        if not _known(seq):
+        random = _posix_counter(data, rid)
+        if random is None:
             return NotEvaluated(rid, "sequential counts unknown")
-        per_file = np.nan_to_num(table.col(direction) - seq)
-        random = float(np.sum(np.clip(per_file, 0, None)))
+        per_file = np.nan_to_num(table.col(direction) - table.col(seq_col))
         total = _ops_total(data, "POSIX", direction)
         if total and random / total > RANDOM_OPERATIONS and random > RANDOM_OPERATIONS_ABSOLUTE:
             return Insight(
@@ -247,7 +263,7 @@ def _random(direction: str, code: str):
                     f"random_{direction}": random,
                     direction: total,
                     "share": random / total,
-                    "evaluated_on": _coverage(table),
+                    "evaluated_on": ALL_RECORDS,
                 },
                 "Access files sequentially, or gather requests (MPI-IO collective, sorted"
                 " offsets, larger contiguous blocks).",
@@ -263,18 +279,20 @@ def _metadata_time(job: JobData):
     found = _posix(job)
     if isinstance(found, NotEvaluated):
         return NotEvaluated("metadata_time", found.reason)
-    _, table = found
-    meta = table.col("meta_time")
-    if not _known(meta):
+    data, table = found
+    records = _posix_counter(data, "slow_meta_records")
+    longest = _posix_counter(data, "max_record_meta_time")
+    if records is None or longest is None:
         return NotEvaluated("metadata_time", "metadata time unknown")
+    meta = table.col("meta_time")
     slow = np.nan_to_num(meta) > METADATA_TIME_RANK
-    if slow.any():
+    if records > 0:
         return Insight(
             "metadata_time",
             HIGH,
-            f"{int(slow.sum())} file record(s) spent more than {METADATA_TIME_RANK:.0f} s in"
+            f"{int(records)} file record(s) spent more than {METADATA_TIME_RANK:.0f} s in"
             " metadata operations",
-            {"records": int(slow.sum()), "max_metadata_seconds": float(np.nanmax(meta))},
+            {"records": int(records), "max_metadata_seconds": float(longest)},
             "Open/stat/seek less (open once, cache attributes, fewer files per rank); on Lustre"
             " avoid many small files in one directory.",
             "P17",
@@ -301,9 +319,7 @@ def _shared_imbalance(kind: str, code: str):
             slow, fast = table.col("slowest_rank_time"), table.col("fastest_rank_time")
             total = table.col("read_time") + table.col("write_time") + table.col("meta_time")
         if not _known(slow[shared]) or not _known(fast[shared]):
-            return NotEvaluated(
-                rid, f"per-rank {kind} extremes are not in the InfluxDB points (needs --darshan)"
-            )
+            return NotEvaluated(rid, f"per-rank {kind} extremes are not in the Darshan data")
         with np.errstate(divide="ignore", invalid="ignore"):
             spread = np.where(shared & (total > 0), np.abs(slow - fast) / total, 0.0)
         spread = np.nan_to_num(spread)
@@ -328,40 +344,24 @@ def _shared_imbalance(kind: str, code: str):
 
 def _rank_imbalance(direction: str, code: str):
     rid = f"rank_{direction}_imbalance"
-    direction = "read" if direction == "read" else "written"
-    column = f"bytes_{direction}"
+    moved = "read" if direction == "read" else "written"
 
     def check(job: JobData):
         found = _posix(job)
         if isinstance(found, NotEvaluated):
             return NotEvaluated(rid, found.reason)
-        _, table = found
-        ranks = table.col("rank")
-        own = ranks != -1
-        if not own.any():
-            return None
-        ids = np.array(table.record_ids, dtype=object)[own]
-        values = np.nan_to_num(table.col(column)[own])
-        _, inverse = np.unique(ids.astype(str), return_inverse=True)
-        groups = inverse.max() + 1
-        high = np.full(groups, -np.inf)
-        low = np.full(groups, np.inf)
-        np.maximum.at(high, inverse, values)
-        np.minimum.at(low, inverse, values)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            spread = np.where(high > 0, (high - low) / high, 0.0)
-        hit = spread > IMBALANCE_SIZE
-        if hit.any():
+        data, _ = found
+        files = _posix_counter(data, f"{rid}_files")  # folded by the hook over all records
+        spread = _posix_counter(data, f"max_{rid}")
+        if files is None or spread is None:
+            return NotEvaluated(rid, "bytes per rank and file unknown")
+        if files > 0:
             return Insight(
                 rid,
                 HIGH,
-                f"{int(hit.sum())} file(s) accessed by several ranks with more than"
-                f" {IMBALANCE_SIZE:.0%} difference in bytes {direction} per rank",
-                {
-                    "files": int(hit.sum()),
-                    "max_spread": float(spread.max()),
-                    "evaluated_on": _coverage(table),
-                },
+                f"{int(files)} file(s) accessed by several ranks with more than"
+                f" {IMBALANCE_SIZE:.0%} difference in bytes {moved} per rank",
+                {"files": int(files), "max_spread": float(spread), "evaluated_on": ALL_RECORDS},
                 "Distribute the data evenly over ranks, or let fewer aggregator ranks do the"
                 " I/O (MPI-IO collective buffering).",
                 code,
@@ -377,17 +377,15 @@ def _collective(direction: str, code: str):
     def check(job: JobData):
         if job.darshan is None or "MPI-IO" not in job.darshan.module_names:
             return None
-        table = job.darshan.files.get("MPI-IO")
-        if table is None or not len(table):
+        totals = job.darshan.modules.get("MPI-IO")
+        if totals is None or not totals.records:
             return None
-        coll = table.col(f"coll_{direction}")
+        n_coll = totals.counter(f"mpiio_coll_{direction}")
+        n_indep = totals.counter(f"mpiio_indep_{direction}")
+        if n_coll is None or n_indep is None:
+            return NotEvaluated(rid, "collective/independent counts are not in the Darshan data")
+        table = job.darshan.files.get("MPI-IO") or FileTable.empty("MPI-IO", 0)
         indep = table.col(f"indep_{direction}")
-        if not _known(coll):
-            return NotEvaluated(
-                rid,
-                "collective/independent counts are not in the InfluxDB points (needs --darshan)",
-            )
-        n_coll, n_indep = float(np.nansum(coll)), float(np.nansum(indep))
         if n_coll == 0 and n_indep + n_coll > COLLECTIVE_OPERATIONS_ABSOLUTE:
             return Insight(
                 rid,
@@ -412,16 +410,13 @@ def _redundant_reads(job: JobData):
     if isinstance(found, NotEvaluated):
         return NotEvaluated("redundant_reads", found.reason)
     data, table = found
-    reuse = table.col("reuse")
-    if not _known(reuse):
-        return None
-    read = np.nan_to_num(table.col("bytes_read"))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        extent = np.where(reuse > 0, read / reuse, read)
-    extra = np.clip(np.nan_to_num(read - extent), 0, None)
+    amount = _posix_counter(data, "redundant_read_bytes")
+    if amount is None:
+        return NotEvaluated("redundant_reads", "file extents unknown")
     total = _ops_total(data, "POSIX", "bytes_read")
-    amount = float(extra.sum())
     if total and amount / total > REDUNDANT_READ_SHARE and amount > REDUNDANT_READ_MIN_BYTES:
+        extent = np.fmax(table.col("max_byte_read"), table.col("max_byte_written")) + 1
+        extra = np.clip(np.nan_to_num(table.col("bytes_read") - extent), 0, None)
         return Insight(
             "redundant_reads",
             WARN,
@@ -430,7 +425,7 @@ def _redundant_reads(job: JobData):
                 "redundant_bytes": amount,
                 "bytes_read": total,
                 "share": amount / total,
-                "evaluated_on": _coverage(table),
+                "evaluated_on": ALL_RECORDS,
             },
             "Read each file once (cache it in memory, or read on one rank and broadcast).",
             None,

@@ -37,7 +37,8 @@ FILE_COLUMNS = (
     "fastest_rank_bytes",
     "slowest_rank_time",
     "fastest_rank_time",
-    "reuse",  # bytes read / (highest offset + 1)
+    "variance_rank_bytes",
+    "variance_rank_time",
     # MPI-IO only
     "indep_reads",
     "indep_writes",
@@ -88,6 +89,13 @@ class ModuleTotals:
     writes: float = 0.0
     records: int = 0
     time_by_slowest: float = 0.0  # seconds, Darshan's agg_time_by_slowest
+    # every additive counter summed over all records (``posix_size_read_0_100``) and the
+    # hook's folded rule inputs (``random_reads``, ``max_record_meta_time``, ...)
+    counters: dict[str, float] = field(default_factory=dict)
+
+    def counter(self, name: str) -> float | None:
+        """A summed counter or rule input, None when the source lacks it."""
+        return self.counters.get(name)
 
 
 @dataclass
@@ -114,6 +122,8 @@ class DarshanData:
     counted_modules: set[str] = field(default_factory=set)  # modules in the job totals
     files: dict[str, FileTable] = field(default_factory=dict)  # POSIX, MPI-IO, STDIO, ...
     heatmaps: list[HeatmapSeries] = field(default_factory=list)
+    # rank -> (bytes read, bytes written, I/O seconds) on its own files, job-total modules
+    ranks: dict[int, tuple[float, float, float]] = field(default_factory=dict)
     source: str = ""  # "influxdb points" or "darshan log"
 
     def total(self, attribute: str) -> float:

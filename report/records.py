@@ -1,10 +1,9 @@
 """Post-job points (as rows from InfluxDB, or the hook's own Point objects) -> typed records.
 
-The hook stores signals, not raw counters, and only the top records of each module (plus every
-shared file). Counts are rebuilt from the signals where the spec makes that exact
-(reads = bytes_read / avg_read_size, small reads = small_read_ratio x reads, ...); what the
-signals cannot give (memory alignment, per-rank time extremes, MPI-IO collective counts)
-stays NaN, and ``FileTable.complete`` says whether every record of the module is there.
+The hook stores the job's record (post_job/darshan/record.py): per module every additive
+counter summed over all records and the folded rule inputs, the raw counters of the top
+records and of every shared file, and bytes per rank. The report reads a log through the same
+points (report/darshan_log.py), so the database and the log give the same report.
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from hpcmon.post_job.darshan.record import RULE_INPUTS, prefix
 from hpcmon.report.influx import MEASUREMENTS, Rows
 from hpcmon.report.model import (
     FILE_COLUMNS,
@@ -72,14 +72,6 @@ def _int(value, default: int = 0, limit: int = 2**62) -> int:
 MAX_BINS = 1_000_000  # more heatmap bins than any Darshan log holds: a damaged point
 
 
-_RECORD_FIELDS = (
-    "rank", "bytes_read", "bytes_written", "avg_read_size", "avg_write_size", "read_iops",
-    "write_iops", "io_time", "small_read_ratio", "small_write_ratio", "seq_read_ratio",
-    "seq_write_ratio", "unaligned_read_ratio", "unaligned_write_ratio", "meta_fraction",
-    "reuse_proxy",
-)  # fmt: skip
-
-
 _NUMBER = (int, float)
 
 
@@ -91,66 +83,30 @@ def _column(records: list[dict], name: str) -> np.ndarray:
         return np.array(values, dtype=np.float64)
 
 
-def _record_columns(module: str, records: list[dict]) -> dict[str, np.ndarray]:
-    """The FileTable columns the signals rebuild exactly, column-wise (100,000 rows)."""
-    f = {name: _column(records, name) for name in _RECORD_FIELDS}
-    f["rank"] = np.array([_num(r, "rank") for r in records], dtype=np.float64)  # a tag: text
-    reasons = [r.get("na_reasons") for r in records]
+def _in_order(rows: list[dict]) -> list[dict]:
+    """Rows by log, then time: InfluxDB and the hook list them in different orders."""
+    return sorted(rows, key=lambda r: (str(r.get("log", "")), _int(r.get("time"))))
 
-    def na(signal: str, reason: str, where: np.ndarray) -> np.ndarray:
-        """Rows (among `where`, the few with no value) whose signal is NA for this reason."""
-        key = f"{signal}:{reason}"
-        hit = np.zeros(len(records), dtype=bool)
-        for i in np.flatnonzero(where):
-            text = reasons[i]
-            hit[i] = isinstance(text, str) and key in text
-        return hit
 
-    def rint(values: np.ndarray) -> np.ndarray:
-        with np.errstate(invalid="ignore"):
-            return np.where(np.isfinite(values), np.rint(values), np.nan)
+def _is_counter(module: str, name: str) -> bool:
+    """A field of a darshan_module point that holds a counter sum or a folded rule input."""
+    return name.startswith(prefix(module).lower() + "_") or name in RULE_INPUTS
 
-    def count(moved: str, size: str, reason: str) -> np.ndarray:
-        average = f[size]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ops = np.where(average > 0, rint(f[moved] / average), np.nan)
-        return np.where(na(size, reason, np.isnan(ops)), 0.0, ops)
 
-    def ratio_count(ratio: str, ops: np.ndarray) -> np.ndarray:
-        value = rint(f[ratio] * ops)
-        missing = np.isnan(f[ratio])
-        none = (ops == 0) | na(ratio, "no_reads", missing) | na(ratio, "no_writes", missing)
-        return np.where(missing & (none | na(ratio, "no_io", missing)), 0.0, value)
-
-    reads = count("bytes_read", "avg_read_size", "no_reads")
-    writes = count("bytes_written", "avg_write_size", "no_writes")
-    out = {"rank": f["rank"], "bytes_read": f["bytes_read"], "bytes_written": f["bytes_written"]}
-    out["reads"], out["writes"] = reads, writes
-    for direction, ops in (("read", reads), ("write", writes)):
-        iops = f[f"{direction}_iops"]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            time = np.where((iops > 0) & ~np.isnan(ops), ops / iops, np.nan)
-        missing = np.isnan(time)
-        zero = na(f"{direction}_iops", f"no_{direction}_time", missing) | (ops == 0)
-        out[f"{direction}_time"] = np.where(missing & zero, 0.0, time)
-    if module != "POSIX":
-        return out
-    out["small_reads"] = ratio_count("small_read_ratio", reads)
-    out["small_writes"] = ratio_count("small_write_ratio", writes)
-    out["seq_reads"] = ratio_count("seq_read_ratio", reads)
-    out["seq_writes"] = ratio_count("seq_write_ratio", writes)
-    # POSIX_FILE_NOT_ALIGNED is shared by both ratios (see post_job/darshan/README.md)
-    by_reads = ratio_count("unaligned_read_ratio", reads)
-    by_writes = ratio_count("unaligned_write_ratio", writes)
-    out["file_not_aligned"] = np.where(
-        reads > 0,
-        by_reads,
-        np.where(writes > 0, by_writes, np.where((reads == 0) & (writes == 0), 0.0, np.nan)),
-    )
-    meta = f["meta_fraction"] * f["io_time"]
-    out["meta_time"] = np.where(na("meta_fraction", "no_time", np.isnan(meta)), 0.0, meta)
-    out["reuse"] = f["reuse_proxy"]
-    return out
+def _add_counters(totals: ModuleTotals, row: dict) -> None:
+    for name, value in row.items():
+        if type(value) not in _NUMBER or not _is_counter(totals.module, name):
+            continue
+        value = float(value)
+        if not np.isfinite(value):
+            continue
+        known = totals.counters.get(name)
+        if known is None:
+            totals.counters[name] = value
+        elif name.startswith("max_"):
+            totals.counters[name] = max(known, value)
+        else:
+            totals.counters[name] = known + value
 
 
 def darshan_from_rows(rows: Rows) -> DarshanData | None:
@@ -166,11 +122,11 @@ def darshan_from_rows(rows: Rows) -> DarshanData | None:
         data.start = data.end = None
     data.runtime = max(_finite(_num(j, "runtime") for j in jobs), 0.0)
     data.nprocs = max(_int(_finite(_num(j, "nprocs") for j in jobs), limit=2**31), 0)
-    data.exe = str(jobs[0].get("exe", ""))
+    data.exe = str(_in_order(jobs)[0].get("exe", ""))
     for job in jobs:
         data.counted_modules.update(m for m in str(job.get("counted_modules", "")).split(",") if m)
         data.module_names.update(m for m in str(job.get("modules", "")).split(",") if m)
-    for row in rows.get("darshan_module", []):
+    for row in _in_order(rows.get("darshan_module", [])):
         module = str(row.get("module", ""))
         totals = data.modules.setdefault(module, ModuleTotals(module))
         totals.bytes_read += np.nan_to_num(_num(row, "total_bytes_read"))
@@ -179,36 +135,53 @@ def darshan_from_rows(rows: Rows) -> DarshanData | None:
         totals.writes += np.nan_to_num(_num(row, "total_writes"))
         totals.records += max(_int(row.get("records"), limit=2**40), 0)
         totals.time_by_slowest += np.nan_to_num(_num(row, "agg_time_by_slowest"))
+        _add_counters(totals, row)
     by_module: dict[str, list[dict]] = defaultdict(list)
     for row in rows.get("darshan_record", []):
         by_module[str(row.get("module", ""))].append(row)
-    for module, records in by_module.items():
+    for module in sorted(by_module):
+        records = _in_order(by_module[module])
         table = FileTable.empty(module, len(records))
         table.total_records = max(len(records), data.modules.get(module, ModuleTotals("")).records)
         table.record_ids = [str(row.get("record_id", "")) for row in records]
         table.files = [str(row.get("file", "")) for row in records]
-        table.columns.update(_record_columns(module, records))
+        table.columns.update({name: _column(records, name) for name in FILE_COLUMNS})
         data.files[module] = table
     data.heatmaps = _heatmaps(rows)
+    data.ranks = _ranks(rows)
     return data
+
+
+def _ranks(rows: Rows) -> dict[int, tuple[float, float, float]]:
+    out: dict[int, tuple[float, float, float]] = {}
+    for row in _in_order(rows.get("darshan_rank", [])):
+        rank = _int(row.get("rank"), default=-1, limit=2**31)
+        if rank < 0:
+            continue
+        values = [_finite([_num(row, name)]) for name in ("bytes_read", "bytes_written", "io_time")]
+        known = out.get(rank, (0.0, 0.0, 0.0))
+        out[rank] = (known[0] + values[0], known[1] + values[1], known[2] + values[2])
+    return out
 
 
 def _heatmaps(rows: Rows) -> list[HeatmapSeries]:
     widths = {}
     for row in rows.get("darshan_heatmap", []):
-        key = (str(row.get("module")), _int(row.get("time")))
+        key = (str(row.get("log", "")), str(row.get("module")), _int(row.get("time")))
         widths[key] = (_num(row, "bin_width"), _int(row.get("nbins"), limit=MAX_BINS))
     series = []
-    bins_by_key: dict[str, list[dict]] = defaultdict(list)
+    bins_by_key: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for row in rows.get("darshan_heatmap_bin", []):
-        bins_by_key[str(row.get("module"))].append(row)
-    for (module, start_ns), (width, nbins) in sorted(widths.items(), key=lambda kv: kv[0][1]):
+        bins_by_key[(str(row.get("log", "")), str(row.get("module")))].append(row)
+    for (log, module, start_ns), (width, nbins) in sorted(
+        widths.items(), key=lambda kv: (kv[0][2], kv[0][0], kv[0][1])
+    ):
         if not np.isfinite(width) or width <= 0 or nbins <= 0:
             continue
         read = np.zeros(nbins)
         write = np.zeros(nbins)
         end_ns = start_ns + nbins * width * NS
-        for row in bins_by_key.get(module, []):
+        for row in bins_by_key.get((log, module), []):
             t = _int(row.get("time"))
             k = _int(row.get("bin"), default=-1)
             if start_ns <= t < end_ns and 0 <= k < nbins:

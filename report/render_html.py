@@ -76,15 +76,17 @@ def render_html(job: JobData, report: dict) -> str:
         parts.append(f"<p>Alerts: {names}</p>")
     parts.append(_figure("Lustre rates per target over the job window", charts.target_rates(job)))
     parts.append(_figure("Power of the job's nodes", charts.power(job)))
+    parts.append("<h2>I/O cost, operations and access sizes (Darshan)</h2>")
+    if job.darshan is not None:
+        parts.append(_figure("I/O cost per module", charts.io_cost(job)))
+        parts.append(_figure("Operation counts", charts.operation_counts(job)))
+        for module, svg in charts.access_sizes(job):
+            parts.append(_figure(f"Access sizes ({module})", svg))
+    else:
+        parts.append("<p>(no Darshan data)</p>")
     parts.append("<h2>I/O over time and per rank</h2>")
     parts.append(_figure("Darshan heatmap bins (bytes moved)", charts.heatmap_timeline(job)))
     parts.append(_figure("Bytes per rank", charts.bytes_per_rank(bytes_per_rank(job))))
-    posix = job.darshan.files.get("POSIX") if job.darshan else None
-    if posix is not None and not posix.complete:
-        parts.append(
-            f"<p><small>Only the {len(posix)} of {posix.total_records} POSIX records the hook"
-            " stored (top by bytes and time, and shared files); give --darshan for all.</small></p>"
-        )
     parts.append("<h2>Top files and functions</h2>")
     files = "".join(
         f"<tr><td class='n'>{_e(human_bytes(f['bytes_read'] + f['bytes_written']))}</td>"

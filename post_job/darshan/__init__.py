@@ -21,7 +21,7 @@ from hpcmon.post_job.model import JobContext, SourceOutput
 from hpcmon.post_job.options import option
 from hpcmon.post_job.problems import Problems, SourceError
 
-__all__ = ["collect_darshan", "read_log", "read_text"]
+__all__ = ["collect_darshan", "points_of_logs", "read_log", "read_text"]
 
 
 _SUFFIXES = (".gz", ".txt", ".darshan")
@@ -82,11 +82,31 @@ def collect_darshan(
 
 
 def _diagnosis(logs: list[DarshanLog], job: JobContext, output: SourceOutput) -> None:
-    """The job's ``job_diagnosis`` points into ``output``; a failure costs only them."""
+    """The job's ``job_diagnosis`` points into ``output`` (which holds the logs' points so
+    far); a failure costs only them."""
     try:
-        output.points.extend(diagnosis_points(logs, job))
+        output.points.extend(diagnosis_points(logs, list(output.points), job))
     except Exception as exc:  # a bug or an input no check foresaw: keep the log points
         output.errors.append(unexpected_error(f"job {job.job_id}", "diagnosing its logs", exc))
+
+
+def points_of_logs(
+    logs: Sequence[DarshanLog],
+    job: JobContext,
+    *,
+    top_records: int = option("sources.darshan", "top_records").default,
+) -> SourceOutput:
+    """What ``collect_darshan`` gives for logs already read (the report reads a log through
+    the very points the hook writes, so both give the same report)."""
+    output = SourceOutput()
+    paths = [Path(log.source) for log in logs]
+    labels = log_labels(paths)
+    for path, log in zip(paths, logs, strict=True):
+        problems = Problems(path)
+        tags = {**job.base_tags(), "log": labels[path]}
+        _log_points(path, log, tags, top_records, problems, output)
+        output.errors.extend(problems)
+    return output
 
 
 def _log_points(

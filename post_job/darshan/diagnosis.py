@@ -1,9 +1,10 @@
 """The job's diagnosis as points (measurement ``job_diagnosis``), so operations staff can list
 finished jobs by I/O score without running the report and after the logs are gone.
 
-One code path with hpcmon-report: the logs the hook read become the report's typed records
-(``report.darshan_log``) and the report's own rules (``report.insights``) judge them, so the
-points say what ``hpcmon-report --darshan LOG`` says. Neither imports matplotlib: this runs in a
+One code path with hpcmon-report: the Darshan points the hook just made for the logs are read
+back as the report reads the database's rows (``report.records``) and the report's own rules
+(``report.insights``) judge them, so the points say what ``hpcmon-report`` says, from the
+database or with ``--darshan LOG``. Neither imports matplotlib: this runs in a
 post-job-only install.
 
 Series per job: one with ``insight=job`` (the score) plus one per high/warn insight (at most
@@ -19,7 +20,6 @@ from hpcmon.common.timeutil import seconds_to_ns
 from hpcmon.post_job.darshan.model import EARLIEST_START, DarshanLog
 from hpcmon.post_job.model import JobContext
 from hpcmon.post_job.points import FieldValue, Point
-from hpcmon.report.darshan_log import darshan_from_log_objects
 from hpcmon.report.insights import HIGH, WARN, Insight, diagnose
 from hpcmon.report.model import JobData
 from hpcmon.report.score import insight_score, job_score
@@ -30,9 +30,17 @@ TOP_INSIGHTS = 3  # insights named in the job point's ``top_insights``
 _RESERVED = {"level", "score", "title", "drishti"}  # evidence never overrides these fields
 
 
-def diagnosis_points(logs: Sequence[DarshanLog], job: JobContext) -> list[Point]:
-    """The job point and one point per high/warn insight; [] without any log."""
-    data = darshan_from_log_objects(list(logs))
+def diagnosis_points(
+    logs: Sequence[DarshanLog], log_points: Sequence[Point], job: JobContext
+) -> list[Point]:
+    """The job point and one point per high/warn insight, from the Darshan points of
+    ``logs`` (not computed twice); [] without any log."""
+    # here, not at the top: report.records reads the record layout of this very package
+    from hpcmon.report.records import darshan_from_rows, rows_from_points
+
+    if not logs:
+        return []
+    data = darshan_from_rows(rows_from_points(log_points))
     if data is None:
         return []
     insights, _ = diagnose(JobData(job.job_id, job.cluster or "", darshan=data))

@@ -108,7 +108,7 @@ class ModuleTable:
         return found
 
 
-@dataclass
+@dataclass(slots=True)
 class HeatmapRecord:
     """One rank's HEATMAP record for one submodule (POSIX, MPIIO, STDIO, DFS, DAOS).
 

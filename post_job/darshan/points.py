@@ -1,4 +1,5 @@
-"""InfluxDB points from Darshan signals: job, module, top-K records, heatmap and its bins.
+"""InfluxDB points from Darshan signals: job, module (+ the job's record, record.py), top-K
+records, ranks, heatmap and its bins.
 
 Field names are the spec's signal names in lower case; NA signals are left out of the point
 and listed in the string field ``na_reasons`` (``signal:reason,...``). Every point is stamped
@@ -7,11 +8,26 @@ from the log (job start, or job start + k x bin width), so re-running writes the
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from hpcmon.common.timeutil import seconds_to_ns
+from hpcmon.common.timeutil import NS_PER_SECOND, seconds_to_ns
 from hpcmon.post_job.darshan.model import JobInfo
-from hpcmon.post_job.darshan.signals import NA, LogSignals, RecordSignals, Value
+from hpcmon.post_job.darshan.record import (
+    counter_sums,
+    rank_totals,
+    record_columns,
+    rule_inputs,
+)
+from hpcmon.post_job.darshan.signals import (
+    NA,
+    NA_REASONS,
+    HeatmapSignals,
+    LogSignals,
+    RecordSignals,
+    Value,
+)
 from hpcmon.post_job.points import Point
 
 
@@ -52,7 +68,11 @@ def log_points(
     partial_modules: list[str] | None = None,
 ) -> list[Point]:
     """``flagged``: header fields found implausible (left out, listed in ``na_reasons``);
-    ``partial_modules``: every module Darshan flagged partial, DXT_* included."""
+    ``partial_modules``: every module Darshan flagged partial, DXT_* included.
+
+    Series per log (the budget, README): 1 job + 1 per module (records fold into their
+    module's series, one point per record at start + k ns) + 2 per heatmap submodule + 1 for
+    the ranks (one point per rank at start + rank ns), whatever the ranks and records."""
     start_ns = seconds_to_ns(job.start_time)
     job_fields = _job_fields(job, signals, flagged, partial_modules)
     points = [Point("darshan_job", dict(base_tags), job_fields, start_ns)]
@@ -62,43 +82,112 @@ def log_points(
         fields["partial"] = module.partial
         if module.inconsistent:
             fields["inconsistent"] = module.inconsistent
+        table = signals.tables.get(module.module)
+        if table is not None:
+            fields.update(counter_sums(table))
+            fields.update(rule_inputs(table))
         points.append(
             Point("darshan_module", {**base_tags, "module": module.module}, fields, start_ns)
         )
     for records in signals.records:
-        for row in top_record_rows(records, top_records):
-            record_id = int(records.record_ids[row])
-            tags = {
-                **base_tags,
-                "module": records.module,
-                "rank": str(int(records.ranks[row])),
-                "record_id": str(record_id),
-            }
-            fields = _fields(records.row(int(row)))
-            fields["file"] = names.get(record_id, "")
-            fields["bytes_read"] = int(records.bytes_read[row])
-            fields["bytes_written"] = int(records.bytes_written[row])
-            fields["io_time"] = float(records.io_time[row])
-            points.append(Point("darshan_record", tags, fields, start_ns))
+        points.extend(_record_points(records, signals, base_tags, names, top_records, start_ns))
+    points.extend(_rank_points(signals, base_tags, start_ns))
     for heatmap in signals.heatmap_totals:
         tags = {**base_tags, "module": heatmap.submodule}
         fields = _fields(heatmap.values)
         fields["bin_width"] = float(heatmap.bin_width)
         fields["nbins"] = int(len(heatmap.read_bins))
         points.append(Point("darshan_heatmap", tags, fields, start_ns))
-        width = heatmap.bin_width
-        reads, writes = heatmap.read_bins.tolist(), heatmap.write_bins.tolist()
-        for k, (read, written) in enumerate(zip(reads, writes, strict=True)):
-            bin_fields = {"read_bytes": int(read), "write_bytes": int(written), "bin": k}
-            points.append(
-                Point(
-                    "darshan_heatmap_bin",
-                    dict(tags),
-                    bin_fields,
-                    start_ns + seconds_to_ns(k * width),
-                )
-            )
+        points.extend(_bin_points(heatmap, tags, start_ns))
     return points
+
+
+def _bin_points(heatmap: HeatmapSignals, tags: dict[str, str], start_ns: int) -> list[Point]:
+    """One point per bin at start + k x width (seconds_to_ns of each offset, vectorised:
+    the same float products and the same round-half-even)."""
+    count, width = len(heatmap.read_bins), heatmap.bin_width
+    if math.isfinite(width) and abs(width) * count < 2**62 / NS_PER_SECOND:
+        offsets = np.rint(np.arange(count) * width * NS_PER_SECOND).astype(np.int64).tolist()
+    else:  # what no log holds; seconds_to_ns says what is wrong
+        offsets = [seconds_to_ns(k * width) for k in range(count)]
+    reads, writes = heatmap.read_bins.tolist(), heatmap.write_bins.tolist()
+    return [
+        Point(
+            "darshan_heatmap_bin",
+            dict(tags),
+            {"read_bytes": int(read), "write_bytes": int(written), "bin": k},
+            start_ns + offset,
+        )
+        for k, (read, written, offset) in enumerate(zip(reads, writes, offsets, strict=True))
+    ]
+
+
+def _record_points(
+    records: RecordSignals,
+    signals: LogSignals,
+    base_tags: dict[str, str],
+    names: dict[int, str],
+    top: int,
+    start_ns: int,
+) -> list[Point]:
+    """The kept records of one module, all in the module's series: record k of the module at
+    start + k ns, its rank and record id as fields."""
+    kept = top_record_rows(records, top)
+    if not len(kept):
+        return []
+    table = signals.tables.get(records.module)
+    every, shared = record_columns(table) if table is not None else ({}, {})
+    ranks, ids = records.ranks.tolist(), records.record_ids.tolist()
+    moved_read, moved_written = records.bytes_read.tolist(), records.bytes_written.tolist()
+    io_time = records.io_time.tolist()
+    tags = {**base_tags, "module": records.module}
+    signals_by_name = [
+        (name, column.values.tolist(), column.codes.tolist())
+        for name, column in records.columns.items()
+    ]
+    points = []
+    for k, row in enumerate(kept.tolist()):
+        record_id = int(ids[row])
+        fields: dict[str, int | float | str] = {}
+        reasons = []
+        for name, values, codes in signals_by_name:  # _fields(records.row(row)), in one pass
+            if codes[row]:
+                reasons.append(f"{name}:{NA_REASONS[codes[row] - 1]}")
+            else:
+                fields[name] = values[row]
+        if reasons:
+            fields["na_reasons"] = ",".join(reasons)
+        fields["record_id"] = str(record_id)
+        fields["rank"] = int(ranks[row])
+        fields["file"] = names.get(record_id, "")
+        fields["bytes_read"] = int(moved_read[row])
+        fields["bytes_written"] = int(moved_written[row])
+        fields["io_time"] = float(io_time[row])
+        for name, values in every.items():
+            fields[name] = values[row]
+        if ranks[row] == -1:
+            for name, values in shared.items():
+                fields[name] = values[row]
+        points.append(Point("darshan_record", dict(tags), fields, start_ns + k))
+    return points
+
+
+def _rank_points(signals: LogSignals, base_tags: dict[str, str], start_ns: int) -> list[Point]:
+    """Bytes and I/O time of each rank on its own files, in the job totals' modules (the
+    lowest layers, so nothing is counted twice): one series, rank r at start + r ns."""
+    tables = [signals.tables[m] for m in signals.counted_modules if m in signals.tables]
+    ranks, read, written, time = rank_totals(tables)
+    return [
+        Point(
+            "darshan_rank",
+            dict(base_tags),
+            {"rank": rank, "bytes_read": r, "bytes_written": w, "io_time": t},
+            start_ns + rank,
+        )
+        for rank, r, w, t in zip(
+            ranks.tolist(), read.tolist(), written.tolist(), time.tolist(), strict=True
+        )
+    ]
 
 
 def _job_fields(

@@ -82,11 +82,11 @@ class _PackedHeatmap:
     writes: np.ndarray
 
     def unpack(self) -> list[HeatmapRecord]:
+        reads, writes = self.reads.astype(np.int64), self.writes.astype(np.int64)
+        submodule, record_id, width = self.submodule, self.record_id, self.bin_width
         return [
-            HeatmapRecord(
-                self.submodule, rank, self.record_id, self.bin_width, self.reads[i], self.writes[i]
-            )
-            for i, rank in enumerate(self.ranks.tolist())
+            HeatmapRecord(submodule, rank, record_id, width, read, written)
+            for rank, read, written in zip(self.ranks.tolist(), reads, writes, strict=True)
         ]
 
 
@@ -411,6 +411,20 @@ def _read_heatmaps(path: Path, report, names: dict[int, str], problems) -> list[
         width = float(heatmap._bin_width_seconds or 0.0)
         known_id = next((rid for rid, name in HEATMAP_IDS.items() if name == submodule), 0)
         record_id = int(ids_by_name.get(f"heatmap:{submodule}", known_id))
+        block = _heatmap_block(heatmap)
+        if block is not None:  # the usual case: every rank has both series, of one length
+            ranks, reads, writes = block
+            packed.append(
+                _PackedHeatmap(
+                    str(submodule),
+                    record_id,
+                    width,
+                    ranks,
+                    _compact(reads, reads.shape[1]),
+                    _compact(writes, writes.shape[1]),
+                )
+            )
+            continue
         by_length: dict[int, list[tuple[int, np.ndarray, np.ndarray]]] = {}
         for rank, reads, writes in _heatmap_bins(heatmap):
             reads = np.asarray(reads, dtype=np.int64)
@@ -427,11 +441,40 @@ def _read_heatmaps(path: Path, report, names: dict[int, str], problems) -> list[
                     record_id=record_id,
                     bin_width=width,
                     ranks=np.array([rank for rank, _, _ in rows], dtype=np.int64),
-                    reads=np.array([r for _, r, _ in rows], dtype=np.int64).reshape(-1, length),
-                    writes=np.array([w for _, _, w in rows], dtype=np.int64).reshape(-1, length),
+                    reads=_compact(np.array([r for _, r, _ in rows], dtype=np.int64), length),
+                    writes=_compact(np.array([w for _, _, w in rows], dtype=np.int64), length),
                 )
             )
     return packed
+
+
+def _heatmap_block(heatmap) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(ranks, read bins, write bins) of a PyDarshan Heatmap as whole matrices, when its
+    per-rank arrays (``_data``) all have one length and both directions; else None."""
+    data = getattr(heatmap, "_data", None)
+    if not (isinstance(data, dict) and isinstance(data.get("read"), dict)):
+        return None
+    reads, writes = data["read"], data.get("write")
+    if not isinstance(writes, dict) or not reads or reads.keys() != writes.keys():
+        return None
+    ranks = sorted(reads)
+    try:
+        read = np.stack([reads[rank] for rank in ranks]).astype(np.int64, copy=False)
+        write = np.stack([writes[rank] for rank in ranks]).astype(np.int64, copy=False)
+    except (ValueError, TypeError):  # ragged or odd arrays: the general path
+        return None
+    if read.ndim != 2 or read.shape != write.shape:
+        return None
+    return np.array(ranks, dtype=np.int64), read, write
+
+
+def _compact(bins: np.ndarray, length: int) -> np.ndarray:
+    """Bins as uint32 when they fit (they usually do): half the bytes to send to the parent,
+    which widens them back to int64."""
+    bins = bins.reshape(-1, length)
+    if bins.size and 0 <= bins.min() and bins.max() <= np.iinfo(np.uint32).max:
+        return bins.astype(np.uint32)
+    return bins
 
 
 def _heatmap_bins(heatmap):

@@ -7,6 +7,7 @@ leaves open are documented in README.md next to this file.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -236,12 +237,20 @@ class HeatmapSignals:
 
 @dataclass
 class HeatmapRankSignals:
-    """Per-rank HEATMAP signals of one submodule and bin layout, one row per rank."""
+    """Per-rank HEATMAP signals of one submodule and bin layout, one row per rank.
+
+    Computed on first use: only the spec's text output (--signals-out) and the tests read
+    them (the points hold the job series), and a 512-rank log has 1,536 rows of them."""
 
     submodule: str
     records: list[HeatmapRecord]
     bin_width: float
-    columns: dict[str, SignalColumn]
+    reads: np.ndarray  # ranks x bins
+    writes: np.ndarray
+
+    @functools.cached_property
+    def columns(self) -> dict[str, SignalColumn]:
+        return heatmap_columns(self.reads, self.writes, self.bin_width)
 
     def rows(self) -> list[HeatmapSignals]:
         return [
@@ -268,6 +277,8 @@ class LogSignals:
     heatmap_totals: list[HeatmapSignals] = field(default_factory=list)  # per job
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # each module's records in the order of ``records`` (the job's record folds them)
+    tables: dict[str, ModuleTable] = field(default_factory=dict)
 
     @property
     def heatmaps(self) -> list[HeatmapSignals]:
@@ -285,7 +296,7 @@ def compute_signals(log: DarshanLog) -> LogSignals:
         for name in tables
         if name in present and not any(low in present for low in LOWER_LAYERS.get(name, ()))
     )
-    result = LogSignals(job={}, counted_modules=counted)
+    result = LogSignals(job={}, counted_modules=counted, tables=tables)
     totals = dict.fromkeys(JOB_SIGNALS, 0)
     for name, table in tables.items():
         layout = LAYOUTS[name]
@@ -366,6 +377,14 @@ class _Input:
         self.values = values
         self.unmonitored = unmonitored
         self.invalid = np.zeros(len(values), dtype=bool) if invalid is None else invalid
+        self._flags: tuple[bool, bool] | None = None
+
+    @property
+    def flags(self) -> tuple[bool, bool]:
+        """(any row not monitored, any row invalid), once: most inputs have neither."""
+        if self._flags is None:
+            self._flags = (bool(self.unmonitored.any()), bool(self.invalid.any()))
+        return self._flags
 
 
 def is_timer(name: str) -> bool:
@@ -374,6 +393,8 @@ def is_timer(name: str) -> bool:
 
 def invalid_timer(column: np.ndarray) -> np.ndarray:
     """Rows of a timer column that hold garbage (Darshan's -1 is "not monitored", not this)."""
+    if column.size and 0 <= column.min() and column.max() <= MAX_TIMER_SECONDS:
+        return np.zeros(column.shape, dtype=bool)  # the usual case (NaN fails the test)
     with np.errstate(invalid="ignore"):
         return ~np.isfinite(column) | ((column < 0) & (column != -1)) | (column > MAX_TIMER_SECONDS)
 
@@ -425,13 +446,21 @@ def _ratio(
     """numerator * scale / denominator with NA(not_available|not_monitored|zero_reason)."""
     if numerator is None or denominator is None:
         return _not_available(rows)
-    num = numerator.values.astype(np.float64) * scale
-    den = denominator.values.astype(np.float64)
+    num = numerator.values.astype(np.float64, copy=False)
+    if scale != 1.0:
+        num = num * scale
+    den = denominator.values.astype(np.float64, copy=False)
     positive = den > 0
     values = np.divide(num, den, out=np.zeros_like(num), where=positive)
     codes = np.where(positive, 0, _CODE[zero_reason]).astype(np.uint8)
-    codes[numerator.invalid | denominator.invalid] = _CODE["invalid_time"]
-    codes[numerator.unmonitored | denominator.unmonitored] = _CODE["not_monitored"]
+    (num_unmonitored, num_invalid), (den_unmonitored, den_invalid) = (
+        numerator.flags,
+        denominator.flags,
+    )
+    if num_invalid or den_invalid:
+        codes[numerator.invalid | denominator.invalid] = _CODE["invalid_time"]
+    if num_unmonitored or den_unmonitored:
+        codes[numerator.unmonitored | denominator.unmonitored] = _CODE["not_monitored"]
     return SignalColumn(values, codes)
 
 
@@ -744,8 +773,7 @@ def _heatmap_signals(log: DarshanLog, problems: list[str]):
             writes = np.array([r.write_bins for r in group], dtype=np.int64).reshape(len(group), -1)
             read_sum[:length] += reads.sum(axis=0)
             write_sum[:length] += writes.sum(axis=0)
-            columns = heatmap_columns(reads, writes, width)
-            groups_out.append(HeatmapRankSignals(submodule, group, width, columns))
+            groups_out.append(HeatmapRankSignals(submodule, group, width, reads, writes))
         widths = sorted({width for _, width in groups})
         width = widths[-1]
         if len(widths) > 1:

@@ -3,15 +3,26 @@ InfluxDB 1.6.7 holding real mpi-io-test runs (2016-2025) written by the real hoo
 
 from __future__ import annotations
 
+import itertools
+import urllib.request
+
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from hpcmon.dashboards import config as dashboards_config
 from hpcmon.dashboards import generate, lint
+from hpcmon.post_job.app import APP_RUN, app_name_problem
+from hpcmon.post_job.darshan.diagnosis import JOB_TAG
+from hpcmon.post_job.darshan.diagnosis import MEASUREMENT as DIAGNOSIS
+from hpcmon.post_job.points import Point, to_lines
+from tests.dashboards.test_dashboards_influxql import grafana_variables
 from tests.report.test_report_history import DATABASE, RUNS, write_runs
 
 pytestmark = pytest.mark.integration
 ALICE = [job for job, (user, _, _) in RUNS.items() if user == "alice"]
 NS = 1_000_000_000
+NAMES = "hpcmon_app_names"
 
 
 @pytest.fixture(scope="module")
@@ -24,32 +35,83 @@ def _queries(board_uid: str, marker: str) -> list[tuple[str, str]]:
     return [(w, q) for w, q in lint.influxql_queries(board) if marker in q]
 
 
+def _row(influx, job: str, db: str = DATABASE) -> dict[str, list[dict]]:
+    """Every query of the job drill-down's application row with the variables Grafana would
+    resolve for the job: where -> rows."""
+    board = generate.dashboards(dashboards_config.Config())["hpcmon-job"]
+    values = grafana_variables(influx, board, {"jobid": job}, db=db)
+    answers = {}
+    for where, query in lint.influxql_queries(board):
+        if "$app" in query:
+            series = influx.series(lint.substitute_variables(query, values), db=db)
+            answers[where] = [
+                dict(zip(s["columns"], row, strict=True)) for s in series for row in s["values"]
+            ]
+    return answers
+
+
 def test_job_dashboard_application_row(written) -> None:
-    queries = _queries("hpcmon-job", "app_run")
-    assert len(queries) == 6  # 2 variables, the table, 3 bar gauges
-    values = {"jobid": "2305"}
-    for name in ("app", "user"):
-        [(_, query)] = [(w, q) for w, q in queries if w == f"variable {name}"]
-        [series] = written.series(lint.substitute_variables(query, values), db=DATABASE)
-        [[_, values[name]]] = series["values"]
-    assert (values["app"], values["user"]) == ("mpi-io-test", "alice")
-    for where, query in queries:
-        if where.startswith("variable"):
-            continue
-        series = written.series(lint.substitute_variables(query, values), db=DATABASE)
-        if "Energy" in where:  # no GEOPM report with these logs (test_dashboards_influxql has)
-            assert series == []
-            continue
-        assert series, where
-        if "Runs of this application" in where:
-            [table] = series
-            jobs = [row[table["columns"].index("jobid")] for row in table["values"]]
-            assert jobs == ALICE[::-1]  # newest first, bob's run not there
-            written_bytes = table["columns"].index("bytes_written")
-            assert all(row[written_bytes] for row in table["values"])
-        else:
-            assert sorted(s["tags"]["jobid"] for s in series) == ALICE
-            assert all(v is not None for s in series for v in s["values"][0][1:])
+    """2305's row: alice's runs that started up to it, newest first (not 2306 and 2307, which
+    came later; not bob's), with the hook's own scores; 2307's row has all of alice's runs."""
+    scores = {
+        s["tags"]["jobid"]: s["values"][0][1]
+        for s in written.series(
+            'SELECT "score" FROM "job_diagnosis" WHERE "insight" = \'job\' GROUP BY "jobid"',
+            db=DATABASE,
+        )
+    }
+    for job, runs in (("2305", ["2305", "2304", "2303", "2301"]), ("2307", ALICE[::-1])):
+        answers = _row(written, job)
+        assert len(answers) == 7  # the table and six charts
+        for where, rows in answers.items():
+            if "Energy" in where:  # no GEOPM report with these logs (test_dashboards_influxql has)
+                assert rows == []
+                continue
+            assert [r["jobid"] for r in rows] == runs, where
+            if "I/O score" in where:
+                assert [r["I/O score"] for r in rows] == [scores[j] for j in runs]
+            if "Runs of this application" in where:
+                assert all(r["bytes_written"] for r in rows)
+                assert all(r["end_ms"] > r["time"] / 1e6 for r in rows)
+
+
+# names a Slurm job name or --app could carry: mostly what InfluxQL, regexes and Grafana treat
+# specially, plus any text
+_RISKY = st.sampled_from(list("'\"\\/$`{}[]()*.+?|^~=!<>;,#% -_aZ9éλ\u00a0\u2028"))
+_NAMES = st.one_of(st.text(_RISKY, min_size=1, max_size=30), st.text(min_size=1, max_size=30))
+_COUNT = itertools.count(1)
+
+
+@settings(max_examples=60)
+@given(name=_NAMES)
+def test_any_accepted_app_name_keeps_every_query_its_own(names_db, name: str) -> None:
+    """An app name the hook accepts, written as the hook writes it and substituted as Grafana
+    substitutes it, selects that app's run in every query of the row: it cannot end the
+    string, escape it, or reach another app's runs."""
+    assume(app_name_problem(name) is None)
+    n = next(_COUNT)
+    job, user = str(9000 + n), f"user{n}"  # one user per example: its run is the only one
+    tags = {"jobid": job, "app": name, "user": user}
+    fields = {"start_time": 1.7e9 + n, "runtime": 1.0, "bytes_read": 1.0, "bytes_written": 2.0}
+    fields |= {"reads": 1.0, "writes": 2.0, "metadata_time_share": 0.5, "energy_joules": 3.0}
+    points = [
+        Point(APP_RUN, tags, fields, (1_700_000_000 + n) * NS),
+        Point(DIAGNOSIS, {**tags, "insight": JOB_TAG}, {"score": 1.0}, (1_700_000_000 + n) * NS),
+    ]
+    request = urllib.request.Request(
+        f"{names_db.url}/write?db={NAMES}", data=to_lines(points).encode(), method="POST"
+    )
+    urllib.request.urlopen(request, timeout=10).close()
+    answers = _row(names_db, job, db=NAMES)
+    assert len(answers) == 7
+    for where, rows in answers.items():
+        assert [r["jobid"] for r in rows] == [job], where
+
+
+@pytest.fixture(scope="module")
+def names_db(influxdb1):
+    influxdb1.create_database(NAMES)
+    return influxdb1
 
 
 def test_longterm_regressed_applications(written) -> None:
@@ -69,3 +131,20 @@ def test_longterm_regressed_applications(written) -> None:
         query, {"timeFilter": f"time >= 0 AND time < {regressed}"}
     )  # alice's three runs before it wrote the same: nothing regressed
     assert written.series(before, db=DATABASE) == []
+
+
+def test_application_charts_are_one_bar_per_run_oldest_first() -> None:
+    """Grafana's side of the order: table rows (newest first, as queried), one bar per row,
+    sorted by start ascending; the variables are hidden and follow the job id."""
+    board = generate.dashboards(dashboards_config.Config())["hpcmon-job"]
+    charts = [p for p in lint.panels(board) if p["type"] == "bargauge" and "per run" in p["title"]]
+    assert len(charts) == 6
+    for chart in charts:
+        assert chart["options"]["reduceOptions"]["values"] is True
+        assert [t["resultFormat"] for t in chart["targets"]] == ["table"]
+        assert "ORDER BY time DESC" in chart["targets"][0]["query"]
+        assert chart["transformations"] == [
+            {"id": "sortBy", "options": {"sort": [{"field": "Time", "desc": False}]}}
+        ]
+    hidden = {v["name"]: v["hide"] for v in board["templating"]["list"]}
+    assert [hidden[name] for name in ("app", "user", "jobstart")] == [2, 2, 2]

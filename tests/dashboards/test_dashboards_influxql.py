@@ -1,5 +1,6 @@
 """Every InfluxQL of the job drill-down returns series on a real InfluxDB 1.6.7 after the real
-post-job hook wrote a job's bundled Darshan, Recorder, VizTracer and GEOPM data."""
+post-job hook wrote a job's bundled Darshan, Recorder, VizTracer and GEOPM data, with an
+earlier and a later run of the job's application (other bundled Darshan logs, other scores)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from devtools.demo import POST_JOB_INPUTS
 from hpcmon.dashboards import config as dashboards_config
-from hpcmon.dashboards import generate, lint
+from hpcmon.dashboards import generate, jobs, lint
 
 pytestmark = pytest.mark.integration
 
@@ -20,21 +21,50 @@ JOB = "1728032"
 DATABASE = "hpcmon_dashboards"
 USER = "demo"
 INPUTS = POST_JOB_INPUTS  # the demo's finished job: two Darshan logs, Recorder, VizTracer, GEOPM
+APP = "e3sm_io"  # the demo job's app: the executable of its log that moved the most bytes
+LOGS = ROOT / "tests/data/darshan/logs"
+# Two more runs of the app by the same user (--app): one started in 2018 (I/O score 30.47),
+# one 8 days after the demo job (67.03; the demo job scores 93.81)
+EARLIER, LATER = "1728001", "1728099"
+RUNS = {
+    EARLIER: ["--darshan", str(LOGS / "mpi-io-test-ppc64-3.1.5.darshan"), "--app", APP],
+    LATER: ["--darshan", str(LOGS / "hdf5_diagonal_write_1_byte_dxt.darshan"), "--app", APP],
+    JOB: INPUTS,
+}
 
 
 @pytest.fixture(scope="module")
 def written(influxdb1, tmp_path_factory):
     influxdb1.create_database(DATABASE)
     spool = tmp_path_factory.mktemp("spool")
-    command = [
-        sys.executable, "-m", "hpcmon.post_job", "--job-id", JOB, "--cluster", "demo",
-        "--user", USER, *INPUTS,
-        "--influx.v1-url", influxdb1.url, "--influx.database", DATABASE,
-        "--spool-dir", str(spool),
-    ]  # fmt: skip
-    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
+    for job, inputs in RUNS.items():
+        command = [
+            sys.executable, "-m", "hpcmon.post_job", "--job-id", job, "--cluster", "demo",
+            "--user", USER, *inputs,
+            "--influx.v1-url", influxdb1.url, "--influx.database", DATABASE,
+            "--spool-dir", str(spool),
+        ]  # fmt: skip
+        run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr
     return influxdb1
+
+
+def grafana_variables(influx, board: dict, values: dict, db: str = DATABASE) -> dict:
+    """The board's InfluxDB query variables resolved in order, as Grafana does: the first
+    value of each (a tag value, or a SELECT's first column after time, as JavaScript prints
+    a number)."""
+    resolved = dict(values)
+    for variable in board["templating"]["list"]:
+        if variable.get("type") != "query" or variable["datasource"]["type"] != "influxdb":
+            continue
+        if variable["name"] in resolved:  # chosen (the job id)
+            continue
+        series = influx.series(lint.substitute_variables(variable["query"], resolved), db=db)
+        value = series[0]["values"][0][1]
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        resolved[variable["name"]] = str(value)
+    return resolved
 
 
 def _time_filter(influx) -> str:
@@ -50,13 +80,13 @@ def _time_filter(influx) -> str:
     return f"time >= {first}ns AND time <= {last}ns"
 
 
-def _week_of_the_job(influx) -> str:
-    """A week ending when the job started: what the finished-jobs list shows on that day."""
-    ((start, _),) = influx.series(
-        f'SELECT "score" FROM "job_diagnosis" WHERE "jobid" = \'{JOB}\' AND "insight" = \'job\'',
+def _scores(influx) -> dict[str, tuple[int, float]]:
+    """job id -> (start ns, I/O score) of the hook's job_diagnosis job points."""
+    series = influx.series(
+        'SELECT "score" FROM "job_diagnosis" WHERE "insight" = \'job\' GROUP BY "jobid"',
         db=DATABASE,
-    )[0]["values"]
-    return f"time >= {start}ns - 7d AND time <= {start}ns"
+    )
+    return {s["tags"]["jobid"]: tuple(s["values"][0]) for s in series}
 
 
 @pytest.mark.parametrize("cluster", ["", "demo"])
@@ -64,37 +94,78 @@ def test_every_job_dashboard_influxql_returns_series(written, cluster) -> None:
     influx = written
     config = dashboards_config.replace(dashboards_config.Config(), cluster=cluster)
     board = generate.dashboards(config)["hpcmon-job"]
-    [[_, app]] = influx.series(
-        f'SHOW TAG VALUES FROM "app_run" WITH KEY = "app" WHERE "jobid" = \'{JOB}\'', db=DATABASE
-    )[0]["values"]
-    values = {"jobid": JOB, "app": app, "user": USER}
+    values = grafana_variables(influx, board, {"jobid": JOB})
+    assert (values["app"], values["user"]) == (APP, USER)
     values.update(timeFilter=_time_filter(influx), __interval="1m")
     _all_return_series(influx, board, values, at_least=15)
 
 
+def test_the_application_row_shows_the_runs_up_to_the_job(written) -> None:
+    """The earlier run and the job, newest first, with their own scores; not the later run."""
+    influx = written
+    board = generate.dashboards(dashboards_config.Config())["hpcmon-job"]
+    values = grafana_variables(influx, board, {"jobid": JOB})
+    scores = {
+        s["tags"]["jobid"]: s["values"][0][1]
+        for s in influx.series(
+            'SELECT "score" FROM "job_diagnosis" WHERE "insight" = \'job\' GROUP BY "jobid"',
+            db=DATABASE,
+        )
+    }
+    assert scores[LATER] != scores[JOB] != scores[EARLIER]
+    row = [(w, q) for w, q in lint.influxql_queries(board) if "$app" in q]
+    assert len(row) == 7  # the table and six charts
+    for where, query in row:
+        [series] = influx.series(lint.substitute_variables(query, values), db=DATABASE)
+        rows = [dict(zip(series["columns"], r, strict=True)) for r in series["values"]]
+        if "Energy" in where:  # only the demo job has a GEOPM report
+            assert [r["jobid"] for r in rows] == [JOB], where
+            continue
+        assert [r["jobid"] for r in rows] == [JOB, EARLIER], where
+        assert [r["time"] for r in rows] == sorted((r["time"] for r in rows), reverse=True)
+        if "I/O score" in where:
+            assert [r["I/O score"] for r in rows] == [scores[JOB], scores[EARLIER]]
+    later = grafana_variables(influx, board, {"jobid": LATER})
+    for where, query in row:  # the later run's own drill-down has all three
+        [series] = influx.series(lint.substitute_variables(query, later), db=DATABASE)
+        if "Energy" not in where:
+            assert [r[1] for r in series["values"]] == [LATER, JOB, EARLIER], where
+
+
 @pytest.mark.parametrize("cluster", ["", "demo"])
 def test_every_finished_jobs_dashboard_influxql_returns_series(written, cluster) -> None:
-    """The job list: its score, top insights and link column (jobid) for the hook's job."""
+    """The job list over the three jobs: one row per job, worst first, each row the job's own
+    score, top insights and link column (jobid)."""
     influx = written
     config = dashboards_config.replace(dashboards_config.Config(), cluster=cluster)
     board = generate.dashboards(config)["hpcmon-jobs"]
-    values = {"timeFilter": _week_of_the_job(influx), "__interval": "1h"}
-    _all_return_series(influx, board, values, at_least=4)
+    scores = _scores(influx)
+    assert sorted(scores) == sorted(RUNS)
+    starts = [start for start, _ in scores.values()]
+    span = f"time >= {min(starts)}ns AND time <= {max(starts)}ns"
+    _all_return_series(influx, board, {"timeFilter": span, "__interval": "1h"}, at_least=4)
     (table,) = [p for p in board["panels"] if p["type"] == "table"]
-    text = lint.substitute_variables(table["targets"][0]["query"], values)
-    ((series),) = influx.series(text, db=DATABASE)
-    ((row),) = series["values"]
-    job = dict(zip(series["columns"], row, strict=True))
-    assert job["jobid"] == JOB and job["score"] > 0 and job["user"] == USER
-    assert job["top_insights"] and job["level"] == "high"
-    later = f"time > {row[0]}ns AND time <= now()"
-    assert (
-        influx.series(
-            lint.substitute_variables(table["targets"][0]["query"], {"timeFilter": later}),
-            db=DATABASE,
-        )
-        == []
+    query = table["targets"][0]["query"]
+    ((series),) = influx.series(lint.substitute_variables(query, {"timeFilter": span}), db=DATABASE)
+    rows = [dict(zip(series["columns"], row, strict=True)) for row in series["values"]]
+    assert sorted(r["jobid"] for r in rows) == sorted(RUNS)  # one row per job
+    for row in rows:
+        assert (row["time"], row["score"]) == scores[row["jobid"]]
+        assert row["user"] == USER and row["top_insights"] and row["level"] == "high"
+    # InfluxDB gives top()'s rows by time; the panel sorts them by score, worst first
+    assert [r["jobid"] for r in rows] == [EARLIER, JOB, LATER]
+    assert table["options"]["sortBy"] == [{"displayName": "score", "desc": True}]
+    worst_first = sorted(rows, key=lambda r: -r["score"])
+    assert [r["jobid"] for r in worst_first] == [JOB, LATER, EARLIER]
+    # a list shorter than the jobs keeps the worst, not the first
+    two = query.replace(f", {jobs.LISTED})", ", 2)")
+    assert two != query
+    ((series),) = influx.series(lint.substitute_variables(two, {"timeFilter": span}), db=DATABASE)
+    assert sorted(row[series["columns"].index("jobid")] for row in series["values"]) == sorted(
+        [JOB, LATER]
     )
+    later = f"time > {max(starts)}ns AND time <= now()"
+    assert influx.series(lint.substitute_variables(query, {"timeFilter": later}), db=DATABASE) == []
 
 
 def _all_return_series(influx, board: dict, values: dict, at_least: int) -> None:
@@ -108,8 +179,8 @@ def _all_return_series(influx, board: dict, values: dict, at_least: int) -> None
             problems.append(f"{where}: no series: {text}")
             continue
         if where.startswith("variable"):
-            expected = values[where.split()[1]]  # the job's own id, app and user
-            assert any(expected in row for row in series[0]["values"]), where
+            expected = values[where.split()[1]]  # the job's own id, app, user and start
+            assert any(expected in map(str, row) for row in series[0]["values"]), where
             continue
         for column_index, column in enumerate(series[0]["columns"][1:], start=1):
             if all(row[column_index] is None for s in series for row in s["values"]):

@@ -386,6 +386,20 @@ def test_group_mode_gives_energy_uj_to_the_group_and_runs_as_nobody() -> None:
     assert "chgrp 2000" in init["command"][-1] and "energy_uj" in init["command"][-1]
 
 
+def test_exporter_as_nobody_gets_the_post_job_spool_s_group() -> None:
+    """The hook's spool is 0640 in 0750 directories: nobody reads it with its group."""
+    for post_job, groups in (
+        ({"spoolGroupId": 3000}, [2000, 3000]),
+        ({"spoolGroupId": 3000, "enabled": False}, [2000]),
+        ({}, [2000]),
+    ):
+        compute = {"energyAccess": {"mode": "group", "groupId": 2000}, "postJob": post_job}
+        values = {"lustre": {"enabled": False}, "compute": compute}
+        (daemonset,) = of_kind(render(values), "DaemonSet")
+        spec = daemonset["spec"]["template"]["spec"]
+        assert spec["securityContext"]["supplementalGroups"] == groups, post_job
+
+
 # --- command lines: the real parsers take them ------------------------------------------
 
 

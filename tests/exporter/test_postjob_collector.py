@@ -10,8 +10,12 @@ line twice nor fails; a spool directory that does not exist is 0.
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -199,3 +203,77 @@ def test_every_spool_the_hook_writes_is_read() -> None:
     from hpcmon.post_job.writers import InfluxV1Writer, InfluxV2Writer
 
     assert {InfluxV1Writer.kind, InfluxV2Writer.kind} == set(KINDS)
+
+
+READ_AS_EXPORTER = """
+import argparse, logging, sys
+logging.basicConfig(stream=sys.stderr, format="%(levelname)s %(message)s")
+from hpcmon.exporter.collector import add_path_flags
+from hpcmon.exporter.postjob import PostJobCollector
+parser = argparse.ArgumentParser()
+add_path_flags(parser)
+PostJobCollector.add_arguments(parser)
+collector = PostJobCollector(parser.parse_args(["--postjob.spool-dir", sys.argv[1]]))
+for _ in range(3):  # three scrapes: one log line
+    text = collector.exposition().decode()
+print(text)
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to write as root and read as nobody")
+def test_spool_is_0640_in_0750_and_an_exporter_outside_its_group_says_so() -> None:
+    """The hook (root, umask 0) writes its spool 0640 in 0750 directories; the exporter as
+    nobody reads it only with the spool's group: without it, spool_up 0, one line, no figure."""
+    base = Path(tempfile.mkdtemp(prefix="hpcmon-spool-modes-", dir="/tmp"))
+    base.chmod(0o755)  # pytest's own tmp_path is root's 0700: the spool's modes must matter
+    spool_dir = base / "spool"
+    try:
+        _spool_modes_and_groups(spool_dir)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _spool_modes_and_groups(spool_dir: Path) -> None:
+    from tests.post_job.test_post_job_privileges import NOBODY, _become, _python_for
+
+    run = subprocess.run(
+        [sys.executable, "-P", "-m", "hpcmon.post_job", "--job-id", "1", "--cluster", "demo",
+         *POST_JOB_INPUTS, "--influx.v1-url", f"http://127.0.0.1:{free_port()}",
+         "--influx.database", "db", "--spool-dir", str(spool_dir)],
+        capture_output=True, text=True, timeout=300, cwd=REPO, preexec_fn=lambda: os.umask(0),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    made = [spool_dir, *spool_dir.rglob("*")]
+    modes = {stat.S_IMODE(p.stat().st_mode) for p in made if p.is_dir()}
+    assert modes == {0o750}
+    assert {stat.S_IMODE(p.stat().st_mode) for p in made if p.is_file()} == {0o640}
+    spooled = frames_on_disk(spool_dir / "influx-v1")
+
+    def as_nobody(gid: int) -> subprocess.CompletedProcess:
+        python = _python_for(NOBODY, gid)
+        script = python[:-1] + [python[-1].split("; from hpcmon")[0] + "\n" + READ_AS_EXPORTER]
+        return subprocess.run(
+            [*script, str(spool_dir)], capture_output=True, text=True, timeout=120, cwd="/",
+            preexec_fn=_become(NOBODY, gid),
+        )  # fmt: skip
+
+    refused = as_nobody(NOBODY)
+    assert refused.returncode == 0, refused.stderr
+    found = samples_of(refused.stdout.encode())
+    for kind in KINDS:
+        assert value(found, names.POSTJOB_SPOOL_UP, kind=kind) == 0
+        assert not [s for s in found if s[0] == names.POSTJOB_SPOOL_LINES]  # no figure at all
+    lines = refused.stderr.splitlines()
+    assert len(lines) == len(KINDS), lines  # one line per kind, not one per scrape
+    assert all("cannot read: Permission denied" in line for line in lines), lines
+
+    # the documented setup: the spool's group (set-group-ID, so new files take it)
+    for path in made:
+        os.chown(path, 0, NOBODY)
+    spool_dir.chmod(0o2750)
+    (spool_dir / "influx-v1").chmod(0o2750)
+    allowed = as_nobody(NOBODY)
+    found = samples_of(allowed.stdout.encode())
+    assert value(found, names.POSTJOB_SPOOL_UP, kind="influx-v1") == 1, allowed.stderr
+    assert value(found, names.POSTJOB_SPOOL_LINES, kind="influx-v1") == spooled > 100

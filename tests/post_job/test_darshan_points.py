@@ -8,6 +8,7 @@ import urllib.request
 import pytest
 
 from hpcmon.post_job.darshan import collect_darshan
+from hpcmon.post_job.darshan.record import RECORD_FIELDS
 from hpcmon.post_job.darshan.signals import (
     HEATMAP_SIGNALS,
     NA_REASONS,
@@ -28,7 +29,8 @@ from tests.post_job.darshan_helpers import (
 
 JOB = JobContext("4242", "clusterA")
 POLARIS = TEXTS / "polaris_3124622_1736380575.txt"
-RECORD_EXTRAS = {"file", "bytes_read", "bytes_written", "io_time", "na_reasons"}
+RECORD_EXTRAS = {"file", "bytes_read", "bytes_written", "io_time", "na_reasons", "rank"}
+RECORD_EXTRAS |= {"record_id", *RECORD_FIELDS}
 
 
 def header_value(path, key):
@@ -49,7 +51,7 @@ def test_record_points_use_spec_names_and_keep_na_reasons_aside():
     allowed = set(RECORD_SIGNALS) | set(POSIX_SIGNALS) | RECORD_EXTRAS
     for point in records:
         assert set(point.fields) <= allowed
-        assert set(point.tags) == {"jobid", "cluster", "log", "module", "rank", "record_id"}
+        assert set(point.tags) == {"jobid", "cluster", "log", "module"}
         for item in filter(None, str(point.fields.get("na_reasons", "")).split(",")):
             name, reason = item.split(":")
             assert reason in NA_REASONS and name not in point.fields
@@ -64,8 +66,14 @@ def test_timestamps_come_from_the_log_and_reruns_write_the_same_lines():
     first = collect_darshan([log_path(INACTIVE)], [], JOB)
     second = collect_darshan([log_path(INACTIVE)], [], JOB)
     assert to_lines(first.points) == to_lines(second.points)
-    for name in ("darshan_job", "darshan_module", "darshan_record", "darshan_heatmap"):
+    for name in ("darshan_job", "darshan_module", "darshan_heatmap"):
         assert {p.time_ns for p in by_measurement(first, name)} <= {start * 10**9}
+    # records fold into their module's series: record k of a module at start + k ns
+    for module in ("POSIX", "STDIO"):
+        times = [
+            p.time_ns for p in by_measurement(first, "darshan_record") if p.tags["module"] == module
+        ]
+        assert times == [start * 10**9 + k for k in range(len(times))]
 
 
 def test_heatmap_bin_points_are_the_job_timeline_summed_over_ranks():
@@ -99,7 +107,7 @@ def test_top_k_records_plus_every_shared_file():
     raw = raw_records(POLARIS)
     output = collect_darshan([], [POLARIS], JOB, top_records=1)
     kept = {
-        (p.tags["module"], int(p.tags["rank"]), int(p.tags["record_id"]))
+        (p.tags["module"], p.fields["rank"], int(p.fields["record_id"]))
         for p in by_measurement(output, "darshan_record")
     }
     for module in ("POSIX", "MPI-IO", "STDIO"):

@@ -269,7 +269,7 @@ def test_full_precision_times_reach_the_points() -> None:
     for point in output.points:
         if point.measurement != "darshan_record":
             continue
-        key = (point.tags["module"], int(point.tags["rank"]), int(point.tags["record_id"]))
+        key = (point.tags["module"], point.fields["rank"], int(point.fields["record_id"]))
         c = theirs[key]
         p = PREFIX.get(key[0], key[0])
         want = c[f"{p}_F_READ_TIME"] + c[f"{p}_F_WRITE_TIME"] + c[f"{p}_F_META_TIME"]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -12,9 +13,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hpcmon.common.config import ConfigError
-from hpcmon.post_job.app import APP_RUN, app_from_command_line, app_name_problem, epilog_app
+from hpcmon.post_job.app import (
+    APP_RUN,
+    UNSAFE,
+    app_from_command_line,
+    app_name_problem,
+    darshan_app,
+    epilog_app,
+)
 from hpcmon.post_job.epilog import run_epilog
 from hpcmon.post_job.epilog_config import parse_config
+from hpcmon.post_job.points import Point
 from hpcmon.post_job.slurm import SlurmJob
 from tests.post_job.lineprotocol_parse import parse_line
 from tests.post_job.test_post_job_epilog import slurm_env, write_config
@@ -65,6 +74,14 @@ def test_every_point_gets_app_and_user_and_one_app_run(tmp_path: Path) -> None:
     )
     assert 0 < run["fields"]["metadata_time_share"] < 1
     assert "energy_joules" not in run["fields"]  # no GEOPM report
+    report = tmp_path / "report.json"  # the report's summary of the same log: the same share
+    command = [sys.executable, "-m", "hpcmon.report", "--job-id", "7", "--darshan", str(OLD)]
+    command += ["--format", "json", "--output", str(report)]
+    subprocess.run(command, cwd=ROOT, capture_output=True, check=True, timeout=300)
+    summary = json.loads(report.read_text())["summary"]
+    assert run["fields"]["metadata_time_share"] == pytest.approx(
+        summary["metadata_time_share"], rel=1e-9
+    )
 
 
 def test_app_flag_wins_and_logs_of_two_executables_take_the_one_moving_most(tmp_path) -> None:
@@ -83,7 +100,9 @@ def test_app_flag_wins_and_logs_of_two_executables_take_the_one_moving_most(tmp_
     assert {p["tags"]["app"] for p in named} == {"my code v2"}
 
 
-@pytest.mark.parametrize("name", ["", "   ", "a\nb", "x" * 201])
+@pytest.mark.parametrize(
+    "name", ["", "   ", "a\nb", "x" * 201, "it's", "a\\b", 'a"b', "a`b", "$user", "a/b"]
+)
 def test_bad_app_flag_is_a_usage_error(tmp_path: Path, name: str) -> None:
     command = [sys.executable, "-m", "hpcmon.post_job", "--job-id", "7", "--app", name]
     run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60)
@@ -97,6 +116,15 @@ def test_any_name_is_accepted_or_refused_with_a_reason(name: str) -> None:
     assert problem is None or problem.startswith("the application name")
     if problem is None:
         assert name.strip() and len(name) <= 200 and not any(ord(c) < 32 for c in name)
+        assert not set(name) & set(UNSAFE)  # nothing that ends or escapes '$app' in InfluxQL
+
+
+def test_an_executable_with_unsafe_characters_is_made_harmless() -> None:
+    """The executable is not chosen as a name: it is kept with _ for what would break queries."""
+    exe = "/home/u/bin/it's\\a$b`c\"d\x01 -f x"
+    job = Point("darshan_job", {}, {"exe": exe, "total_bytes_read": 1.0}, 0)
+    assert darshan_app([job]) == "it_s_a_b_c_d_"
+    assert app_name_problem(darshan_app([job])) is None
 
 
 def test_epilog_app_from_the_slurm_job_name(tmp_path: Path) -> None:
@@ -116,9 +144,16 @@ def test_epilog_app_from_the_slurm_job_name(tmp_path: Path) -> None:
     assert all(",app=mpi-io-test," in line for line in lines)
 
 
-def test_epilog_app_config_is_checked() -> None:
+def test_epilog_app_config_is_checked(caplog) -> None:
     job = SlurmJob("1", "u", None, None, None, "a\nb")
     assert epilog_app("{job_name}", job) is None  # control character: from Darshan instead
+    caplog.clear()
+    quoted = SlurmJob("1", "u", None, None, None, "x' OR 1=1 OR 'a")  # the user's own job name
+    assert epilog_app("{job_name}", quoted) is None  # from Darshan, one warning
+    [warning] = caplog.records
+    assert "job=1 app: the application name holds one of" in warning.getMessage()
+    with pytest.raises(ConfigError, match="app: the application name holds one of"):
+        parse_config({"app": "code'{job_name}", "writers": {"output": "/x"}})
     assert epilog_app("code-{job_name}", SlurmJob("1", "u", None, None, None, "x")) == "code-x"
     assert epilog_app(None, job) is None
     assert parse_config({"app": "lammps", "writers": {"output": "/x"}}).app == "lammps"

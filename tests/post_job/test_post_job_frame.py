@@ -265,7 +265,7 @@ def test_missing_or_broken_source_costs_only_itself(
         "frame_raising_source",
         """
         def collect(paths, job, **options):
-            raise RuntimeError("boom")
+            raise RuntimeError("boom: SECRET-bytes-of-a-file")
     """,
     )
     monkeypatch.setitem(sources.SOURCE_ENTRIES, "recorder", ("frame_raising_source", "collect"))
@@ -286,7 +286,9 @@ def test_missing_or_broken_source_costs_only_itself(
     assert status == 1
     assert captured.out == "ok,jobid=9 v=1i 5\n"
     assert "darshan: source not available: No module named 'no_such_hpcmon_module'" in captured.err
-    assert "recorder: failed: RuntimeError: boom" in captured.err
+    # the exception's type only: its message may quote the file (files.unexpected_error)
+    assert "recorder: failed: unexpected error while reading (RuntimeError)" in captured.err
+    assert "SECRET" not in captured.err and "boom" not in captured.err
     assert "geopm_report: " + str(json_source / "missing.json") in captured.err
 
 
@@ -424,3 +426,22 @@ def test_a_fifo_or_directory_given_as_input_is_one_line_never_a_hang(tmp_path: P
     errors = [line for line in err.splitlines() if " ERROR " in line]
     assert len(errors) == 6 and "Traceback" not in err
     assert sum("not a regular file" in line for line in errors) == 4
+
+
+def test_internal_error_names_the_type_not_the_message(
+    json_source: Path, monkeypatch, capsys
+) -> None:
+    """A bug's message may quote an input: the one line names only the exception's type."""
+    from hpcmon.post_job import cli
+
+    (json_source / "ok.json").write_text('[{"m": "ok", "fields": {"v": 1}, "time": 5}]')
+
+    def broken(*args, **kwargs):
+        raise ValueError("could not convert 'SECRET-bytes-of-a-file'")
+
+    monkeypatch.setattr(cli, "run_job", broken)
+    status = main(["--job-id", "9", "--geopm-report", str(json_source / "ok.json")])
+    err = capsys.readouterr().err
+    assert status == 1
+    assert "job=9 internal error: ValueError" in err
+    assert "SECRET" not in err

@@ -278,6 +278,58 @@ def test_report_dir_writable_by_others_is_refused(influxdb1, site: Site) -> None
     assert logs_in_influx(influxdb1, site) == {f"{user}_app_id{JOB}_1-1-1"}
 
 
+def _report_dir(site: Site, pattern: str) -> None:
+    config = yaml.safe_load(site.config.read_text())
+    config["report"]["dir"] = pattern
+    site.config.write_text(yaml.safe_dump(config))
+
+
+def _tree(path: Path) -> dict[str, tuple[int, int]]:
+    return {str(p): (p.lstat().st_ino, p.lstat().st_mtime_ns) for p in path.rglob("*")}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("link", ["report dir", "its parent"])
+def test_report_dir_through_a_link_is_refused(influxdb1, site: Site, mode: str, link: str) -> None:
+    """``dir: <scratch>/{user}/...``: the user makes the report directory, or a directory on
+    its way, a link to root's directory; the report is refused and nothing is written there."""
+    uid, gid, user = job_user()
+    secret = site.base / "secret"
+    (secret / "reports").mkdir(mode=0o755)  # where the parent link would lead
+    planted = site.scratch / ("reports" if link == "report dir" else "r")
+    planted.symlink_to(secret)
+    _chown(planted, uid, gid)
+    pattern = "reports" if link == "report dir" else "r/reports"
+    _report_dir(site, str(site.base / "scratch" / "{user}" / pattern))
+    before = _tree(secret)
+    proc = run_hook(site, mode == "job user")
+    [line] = [line for line in proc.stderr.splitlines() if "report not written" in line]
+    assert line.endswith(f"{planted}: a symbolic link; refused"), line
+    assert _tree(secret) == before  # nothing created, written or replaced through the link
+    assert logs_in_influx(influxdb1, site) == {f"{user}_app_id{JOB}_1-1-1"}
+
+
+@pytest.mark.skipif(not ROOT, reason="as the job's user, the user's own directory is the hook's")
+def test_report_dir_of_the_job_user_is_refused_as_root(influxdb1, site: Site) -> None:
+    """Owned by the user, the directory is theirs to rearrange while root writes in it."""
+    _report_dir(site, str(site.base / "scratch" / "{user}"))
+    proc = run_hook(site, False)
+    [line] = [line for line in proc.stderr.splitlines() if "report not written" in line]
+    assert line.endswith(f"{site.scratch}: owned by uid {NOBODY}, not by root; refused"), line
+    assert not list(site.scratch.glob(f"{JOB}.*"))
+
+
+def test_missing_report_dirs_are_made_root_s_0755(influxdb1, site: Site) -> None:
+    _, _, user = job_user()
+    proc = run_hook(site, not ROOT)
+    made = site.base / "node" / "reports" / user
+    assert proc.returncode == 0, proc.stderr
+    info = made.lstat()
+    assert stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o755
+    assert info.st_uid == os.geteuid() if ROOT else info.st_uid == os.getuid()
+    assert stat.S_IMODE((made / f"{JOB}.json").stat().st_mode) == 0o644
+
+
 def _big_trace(path: Path, mib: int) -> None:
     """A valid VizTracer trace of ``mib`` MiB: complete events of one thread."""
     event = '{"ph":"X","name":"f (/scratch/app.py:1)","ts":%d,"dur":1,"pid":1,"tid":1},'

@@ -198,3 +198,48 @@ def test_the_child_has_dropped_for_good(monkeypatch: pytest.MonkeyPatch) -> None
     assert who.fields["Uid_all"].split() == ["65534"] * 4  # real, effective, saved, fs
     assert who.fields["Gid"] == "65534" and who.fields["NoNewPrivs"] == "1"
     assert who.fields["Groups"].split() == ["65534"]  # nobody's groups, none of root's
+
+
+def probe(paths, job) -> SourceOutput:
+    """A source that reports what it inherited: its open descriptors and the environment."""
+    fds = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            fds[int(name)] = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:  # the listing's own descriptor, closed meanwhile
+            continue
+    listing = [fd for fd, target in fds.items() if target.startswith("/proc/")]
+    for fd in listing:
+        del fds[fd]
+    return SourceOutput(warnings=[json.dumps({"fds": fds, "env": sorted(os.environ)})])
+
+
+def test_the_child_inherits_no_descriptor_and_no_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = types.ModuleType(MODULE)
+    module.collect = probe
+    monkeypatch.setitem(sys.modules, MODULE, module)
+    monkeypatch.setitem(sources.SOURCE_ENTRIES, "geopm_report", (MODULE, "collect"))
+    for name in ("INFLUX_TOKEN", "INFLUX_PASSWORD", "INFLUX_USERNAME_FILE", "VAULT_TOKEN"):
+        monkeypatch.setenv(name, "SECRET-value")
+    monkeypatch.setenv("HPCMON_HARMLESS", "kept")
+    secret = tmp_path / "token"
+    secret.write_text("SECRET")
+    warnings: list[str] = []
+    monkeypatch.setattr(
+        "hpcmon.post_job.sources.log.warning", lambda fmt, *args: warnings.append(args[-1])
+    )
+    with secret.open() as root_file, open(os.devnull, "wb") as other:  # open in the hook
+        held = {root_file.fileno(), other.fileno()}
+        [path] = inputs(tmp_path, a="x")
+        output = collect_isolated([SourceRequest("geopm_report", ([path],))], JOB, ReadPolicy(256))
+    assert output.errors == []
+    [report] = [json.loads(w) for w in warnings]
+    fds = {int(fd): target for fd, target in report["fds"].items()}
+    assert fds[0] == os.devnull
+    assert not held & set(fds)
+    [pipe] = set(fds) - {0, 1, 2}  # the reply pipe only
+    assert fds[pipe].startswith("pipe:")
+    assert not [name for name in report["env"] if name.startswith("INFLUX") or "TOKEN" in name]
+    assert "HPCMON_HARMLESS" in report["env"]

@@ -96,6 +96,31 @@ def test_version_1_files_of_earlier_releases_are_still_read() -> None:
         decode_batch(data[:-2])
 
 
+@pytest.mark.parametrize(
+    "header, body",
+    [
+        ({"version": "SECRET-v9"}, b""),  # a version no release wrote
+        (None, b""),  # a header that is not JSON (not UTF-8 either)
+        ({"version": 1}, b"\xffSECRET\n"),  # a line that is not UTF-8 JSON
+    ],
+)
+def test_spool_errors_name_the_problem_never_the_file_bytes(header, body: bytes) -> None:
+    import hashlib
+    import json as json_module
+
+    if header is None:
+        data = b"{\xffSECRET-header\n"
+    else:
+        fields = {"format": "hpcmon-spool", "kind": "influx-v1", "created_ns": 1, "lines": 1,
+                  "sha256": hashlib.sha256(body).hexdigest(), **header}  # fmt: skip
+        data = json_module.dumps(fields).encode() + b"\n" + body
+    with pytest.raises(SpoolFileError) as caught:
+        decode_batch(data, "f.spool")
+    message = str(caught.value)
+    assert message.startswith("f.spool: ") and "SECRET" not in message, message
+    assert "\\x" not in message and "0xff" not in message, message
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=300))
 def test_arbitrary_bytes_never_crash_the_reader(data: bytes) -> None:

@@ -116,6 +116,20 @@ _names = st.sampled_from(
         "total_time_seconds",
         "self_time_seconds",
         "calls",
+        # the job's record (issue 20)
+        "log",
+        "reads",
+        "small_reads",
+        "slowest_rank_bytes",
+        "fastest_rank_time",
+        "posix_reads",
+        "posix_size_read_0_100",
+        "posix_f_meta_time",
+        "mpiio_coll_reads",
+        "stdio_opens",
+        "random_reads",
+        "max_record_meta_time",
+        "rank_write_imbalance_files",
     ]
 )
 _row = st.dictionaries(_names, _value, max_size=10).map(
@@ -134,6 +148,7 @@ _row = st.dictionaries(_names, _value, max_size=10).map(
                 "darshan_record",
                 "darshan_heatmap",
                 "darshan_heatmap_bin",
+                "darshan_rank",
                 "viztracer_function",
                 "recorder_function",
             )
@@ -163,6 +178,7 @@ def test_hostile_rows_never_break_the_report(rows) -> None:
                 "darshan_record",
                 "darshan_heatmap",
                 "darshan_heatmap_bin",
+                "darshan_rank",
             )
         }
     )

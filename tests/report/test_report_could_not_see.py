@@ -33,3 +33,16 @@ def test_could_not_see_never_quotes_a_file(tmp_path: Path, fmt: str) -> None:
     assert f"{foreign}: not a Darshan log: bad magic (no version header)" in seen
     assert str(header_like) in seen and str(truncated) in seen
     assert token not in text and token[:12] not in "".join(job.missing)
+
+
+def test_a_failure_nothing_foresaw_names_its_type_not_its_message(monkeypatch, capsys) -> None:
+    """hpcmon-report's catch-all line: a message may quote what the job wrote."""
+    from hpcmon.report import cli
+
+    def broken(*args, **kwargs):
+        raise ValueError("could not convert 'SECRET-bytes-of-a-file'")
+
+    monkeypatch.setattr(cli, "collect", broken)
+    assert cli.main(["--job-id", "7"]) == 1
+    err = capsys.readouterr().err
+    assert err == "hpcmon-report: job 7: cannot build the report: ValueError\n"

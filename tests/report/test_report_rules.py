@@ -1,6 +1,7 @@
 """Each diagnosis rule on real Darshan logs: one log that must raise it, one that must not,
 through the Darshan log itself and through the points the real hook writes; and agreement
-with Drishti (drishti-io, run on the same logs) for every Drishti trigger the report covers."""
+with Drishti (drishti-io, run on the same logs) for every Drishti trigger the report covers,
+from the log and from the real InfluxDB 1.6.7 the hook wrote it into."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from hpcmon.report.darshan_log import darshan_from_logs
 from hpcmon.report.insights import RULES, diagnose
 from hpcmon.report.model import JobData
 from hpcmon.report.records import darshan_from_rows, functions_from_rows, rows_from_points
+from tests.report.report_database import DATABASE, from_database, hook_writes, report
 from tests.report.report_drishti import drishti_codes
 
 DATA = Path(__file__).parents[1] / "data"
@@ -50,21 +52,8 @@ CASES = {
     "redundant_reads": (E3SM, MPI_IO_TEST),
     "mpiio_no_collective_reads": (SPECFEM, IMBALANCED),
 }
-# Rules the InfluxDB points alone can evaluate (the others need raw counters: --darshan).
-FROM_POINTS = {
-    "stdio_heavy",
-    "no_mpiio",
-    "small_reads",
-    "small_writes",
-    "misaligned_file",
-    "random_reads",
-    "shared_small_reads",
-    "shared_small_writes",
-    "metadata_time",
-    "rank_write_imbalance",
-    "rank_read_imbalance",
-    "redundant_reads",
-}
+# Rules the InfluxDB points alone can evaluate: all of them (issue 20, the hook's record).
+FROM_POINTS = set(CASES)
 
 
 def from_log(path: Path) -> JobData:
@@ -98,13 +87,11 @@ def test_rule_from_the_hooks_points(rule: str) -> None:
     assert rule not in raised(from_points(quiet))
 
 
-def test_rules_needing_raw_counters_say_so_from_points() -> None:
-    _, skipped = diagnose(from_points(IMBALANCED))
-    reasons = {s.id: s.reason for s in skipped}
-    for rule in ("misaligned_memory", "shared_data_imbalance", "shared_time_imbalance"):
-        assert "needs --darshan" in reasons[rule]
-    _, skipped = diagnose(from_points(SPECFEM))
-    assert "needs --darshan" in {s.id: s.reason for s in skipped}["mpiio_no_collective_reads"]
+def test_points_evaluate_what_the_log_evaluates() -> None:
+    for log in (IMBALANCED, SPECFEM):
+        _, skipped = diagnose(from_points(log))
+        assert {s.id for s in skipped} == {s.id for s in diagnose(from_log(log))[1]}
+        assert not {s.id for s in skipped} & set(CASES)
 
 
 def test_evidence_numbers_match_the_counters() -> None:
@@ -130,11 +117,18 @@ AGREEMENT_LOGS = [IMBALANCED, HDF5_1BYTE, MPI_IO_TEST, SKEW, INACTIVE, NONMPI, O
 
 
 @pytest.mark.parametrize("log", AGREEMENT_LOGS, ids=lambda p: p.stem[:32])
-def test_same_drishti_triggers_as_drishti(log: Path, tmp_path: Path) -> None:
+def test_same_drishti_triggers_as_drishti(log: Path, tmp_path: Path, influxdb1) -> None:
+    """From the log (--darshan) and from the database the real hook wrote the log into."""
     expected = drishti_codes(log, tmp_path)
     assert expected is not None, "drishti failed on the log"
     ours = {i.drishti for i in diagnose(from_log(log))[0] if i.drishti}
     assert ours == expected
+    influxdb1.create_database(DATABASE)
+    job = str(2000 + AGREEMENT_LOGS.index(log))
+    hook_writes(influxdb1, log, job, tmp_path / "spool")
+    document = report(job, tmp_path / "db.json", *from_database(influxdb1))
+    assert document["sources"]["darshan"] == "InfluxDB points"
+    assert {i["drishti_code"] for i in document["insights"] if i["drishti_code"]} == expected
 
 
 def test_agreement_logs_cover_every_rule_with_a_raising_log() -> None:

@@ -39,6 +39,7 @@ POSTJOB_SPOOL_FILES = "hpcmon_postjob_spool_files"
 POSTJOB_SPOOL_OLDEST_AGE = "hpcmon_postjob_spool_oldest_age_seconds"  # 0 when none waits
 POSTJOB_REJECTED_LINES = "hpcmon_postjob_rejected_lines"
 POSTJOB_REJECTED_FILES = "hpcmon_postjob_rejected_files"
+POSTJOB_SPOOL_UP = "hpcmon_postjob_spool_up"  # 0: the exporter cannot read the spool
 
 # The exporter itself (label: collector).
 COLLECTOR_SUCCESS = "hpcmon_exporter_collector_success"
