@@ -32,6 +32,7 @@ from multiprocessing.connection import Connection, Pipe
 from pathlib import Path
 from typing import Any
 
+from hpcmon.entry import missing_package
 from hpcmon.post_job import files
 from hpcmon.post_job.model import JobContext, SourceOutput
 from hpcmon.post_job.points import Point
@@ -120,6 +121,8 @@ def _read_request(request: SourceRequest, job: JobContext, policy: ReadPolicy) -
         load_entry(request.name)
         preload(request.name)  # imported here: the child may not be allowed to read the code
     except ImportError as exc:
+        if missing_package(exc):
+            raise  # the extra is not installed: one line for the command, not per source
         return SourceOutput(errors=[f"source not available: {exc}"])
     result = _run_child(request, job, policy)
     if isinstance(result, _Reply):

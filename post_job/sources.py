@@ -52,6 +52,8 @@ def preload(name: str) -> None:
         try:
             importlib.import_module(module)
         except Exception as exc:  # noqa: BLE001 - one line, as for the entry itself
+            if missing_package(exc):
+                raise  # the post-job extra is not installed: the command says so (hpcmon.entry)
             raise ImportError(f"{module} cannot be imported: {type(exc).__name__}") from exc
 
 
@@ -75,6 +77,8 @@ def run_source(request: SourceRequest, job: JobContext) -> SourceOutput:
     try:
         entry = load_entry(request.name)
     except ImportError as exc:
+        if missing_package(exc):
+            raise  # the extra is not installed: one line for the command, not per source
         return SourceOutput(errors=[f"source not available: {exc}"])
     try:
         output = entry(*request.inputs, job, **request.options)

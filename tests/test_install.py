@@ -143,27 +143,13 @@ def test_each_role_installs_and_runs(role: tuple[str, Path], tmp_path: Path) -> 
         assert "'influxdb_client' is missing" in flush.stderr and "hpcmon[post-job]" in flush.stderr
 
 
-# Known defect since the merge of issue 22, kept visible: strict, so the test fails (XPASS) once
-# it is fixed and this mark must go. Applied only when hpcmon-post-job's turn comes, last.
-POST_JOB_WORK_DEFECT = pytest.mark.xfail(
-    strict=True,
-    reason="without the post-job extra, hpcmon-post-job --darshan ends in 'darshan: source not "
-    "available: No module named ...' (exit 1, three lines), not the one line naming the extra: "
-    "post_job/reading.py and sources.py catch the ModuleNotFoundError as a source error",
-)
-
-
-def test_other_commands_work_or_name_their_extra(
-    role: tuple[str, Path], tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
+def test_other_commands_work_or_name_their_extra(role: tuple[str, Path], tmp_path: Path) -> None:
     """Every other role's command, in this role's install: its --help and then its work
     either succeed (this extra brings what it needs) or end in the one line naming the
     extra, exit 2; never a traceback, never another failure."""
     extra, bin_dir = role
     others = [(e, c) for e, c in ROLES.items() if e != extra]
     for other_extra, command in sorted(others, key=lambda pair: pair[1] == "hpcmon-post-job"):
-        if command == "hpcmon-post-job":
-            request.applymarker(POST_JOB_WORK_DEFECT)
         result = _run(bin_dir, command, "--help")
         if result.returncode == 0:  # this role's extra happens to bring what --help needs
             result = _run(bin_dir, command, *_work(command, tmp_path))  # and the work?

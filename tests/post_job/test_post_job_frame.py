@@ -259,7 +259,8 @@ def test_missing_or_broken_source_costs_only_itself(
     json_source: Path, tmp_path: Path, monkeypatch, capsys
 ) -> None:
     (json_source / "ok.json").write_text('[{"m": "ok", "fields": {"v": 1}, "time": 5}]')
-    monkeypatch.setitem(sources.SOURCE_ENTRIES, "darshan", ("no_such_hpcmon_module", "collect"))
+    write_source_module(tmp_path, "frame_broken_at_import", 'raise RuntimeError("broken")')
+    monkeypatch.setitem(sources.SOURCE_ENTRIES, "darshan", ("frame_broken_at_import", "collect"))
     write_source_module(
         tmp_path,
         "frame_raising_source",
@@ -285,11 +286,22 @@ def test_missing_or_broken_source_costs_only_itself(
     captured = capsys.readouterr()
     assert status == 1
     assert captured.out == "ok,jobid=9 v=1i 5\n"
-    assert "darshan: source not available: No module named 'no_such_hpcmon_module'" in captured.err
+    assert (
+        "darshan: source not available: frame_broken_at_import cannot be imported: "
+        "RuntimeError: broken" in captured.err
+    )
     # the exception's type only: its message may quote the file (files.unexpected_error)
     assert "recorder: failed: unexpected error while reading (RuntimeError)" in captured.err
     assert "SECRET" not in captured.err and "boom" not in captured.err
     assert "geopm_report: " + str(json_source / "missing.json") in captured.err
+
+
+def test_a_missing_library_ends_the_command_not_the_source(monkeypatch) -> None:
+    """A library of the post-job extra that is not installed is not one source's problem: the
+    command ends, and hpcmon.entry names the extra in one line (tests/test_install.py)."""
+    monkeypatch.setitem(sources.SOURCE_ENTRIES, "darshan", ("no_such_hpcmon_module", "collect"))
+    with pytest.raises(ModuleNotFoundError):
+        main(["--job-id", "9", "--darshan", "x.darshan"])
 
 
 def test_untimed_and_unencodable_points() -> None:
