@@ -185,6 +185,17 @@ def close_reader_child() -> None:
 atexit.register(close_reader_child)
 
 
+def _forget_inherited_child() -> None:
+    """After a fork the parent's reader child is not this process's: drop it at once (its
+    pipe and stderr file close with it, here only) rather than keep descriptor numbers that
+    the new process may close and reuse (the bounded reading child closes inherited ones)."""
+    global _CHILD
+    _CHILD = None
+
+
+os.register_at_fork(after_in_child=_forget_inherited_child)
+
+
 class _ReaderChild:
     """A forked process that reads the logs it is sent, one at a time."""
 

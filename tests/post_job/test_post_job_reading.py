@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import stat
+import subprocess
 import sys
 import tempfile
 import types
@@ -243,3 +244,27 @@ def test_the_child_inherits_no_descriptor_and_no_secret(
     assert fds[pipe].startswith("pipe:")
     assert not [name for name in report["env"] if name.startswith("INFLUX") or "TOKEN" in name]
     assert "HPCMON_HARMLESS" in report["env"]
+
+
+def test_a_reader_child_of_the_parent_does_not_break_the_reading_child() -> None:
+    """A process that already read a log in-process (PyDarshan's reader child started) then
+    reads in the bounded child: the same points, not an OSError from descriptors that the
+    bounded child closed and reused. In a fresh interpreter, whose few descriptors are the
+    ones reused (pytest holds many more)."""
+    log = Path(__file__).resolve().parents[1] / "data/darshan/logs/mpi-io-test-x86_64-3.4.6.darshan"
+    code = f"""
+import json
+from pathlib import Path
+from hpcmon.post_job.model import JobContext
+from hpcmon.post_job.reading import ReadPolicy, collect_isolated
+from hpcmon.post_job.sources import SourceRequest, collect
+requests = [SourceRequest("darshan", ([Path({str(log)!r})], []))]
+job = JobContext("1", "c")
+in_process = collect(requests, job)
+isolated = collect_isolated(requests, job, ReadPolicy(memory_limit_mib=2048, cpu_seconds=60))
+print(json.dumps([[p.to_line() for p in o.points] + o.errors for o in (in_process, isolated)]))
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    in_process, isolated = json.loads(run.stdout)
+    assert in_process and isolated == in_process
