@@ -85,12 +85,14 @@ MAX_BINS = 1_000_000  # more heatmap bins than any Darshan log holds: a damaged 
 
 
 _NUMBER = (int, float)
+_NUMBER_OR_NONE = {int, float, type(None)}
 
 
 def _column(records: list[dict], name: str) -> np.ndarray:
     """One field over all records as float64; absent, text or bool values are NaN."""
     values = [r.get(name) for r in records]
-    values = [v if type(v) in _NUMBER else np.nan for v in values]
+    if not set(map(type, values)) <= _NUMBER_OR_NONE:  # numpy makes None NaN; no bool, no text
+        values = [v if type(v) in _NUMBER else np.nan for v in values]
     with np.errstate(over="ignore"):
         return np.array(values, dtype=np.float64)
 
