@@ -8,6 +8,7 @@ points (report/darshan_log.py), so the database and the log give the same report
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -47,13 +48,24 @@ def na_reasons(row: dict) -> dict[str, str]:
 
 
 def _num(row: dict, name: str) -> float:
-    value = row.get(name)
+    return _float(row.get(name))
+
+
+def _float(value) -> float:
+    """A field as a float; NaN for what is no number (bool, None, text)."""
+    if type(value) in _NUMBER:  # nearly every field: no bool (a subclass of int), no text
+        return float(value)
     if isinstance(value, bool) or value is None:
         return np.nan
     try:
         return float(value)
     except (TypeError, ValueError):
         return np.nan
+
+
+def _finite_or_zero(value: float) -> float:
+    """``_finite([value])`` for one value, without the list (once per heatmap bin)."""
+    return value if math.isfinite(value) else 0.0
 
 
 def _finite(values: Iterable[float], default: float = 0.0) -> float:
@@ -63,8 +75,8 @@ def _finite(values: Iterable[float], default: float = 0.0) -> float:
 
 
 def _int(value, default: int = 0, limit: int = 2**62) -> int:
-    number = _num({"v": value}, "v")
-    if not np.isfinite(number) or abs(number) > limit:
+    number = _float(value)
+    if not math.isfinite(number) or abs(number) > limit:
         return default
     return int(number)
 
@@ -73,12 +85,14 @@ MAX_BINS = 1_000_000  # more heatmap bins than any Darshan log holds: a damaged 
 
 
 _NUMBER = (int, float)
+_NUMBER_OR_NONE = {int, float, type(None)}
 
 
 def _column(records: list[dict], name: str) -> np.ndarray:
     """One field over all records as float64; absent, text or bool values are NaN."""
     values = [r.get(name) for r in records]
-    values = [v if type(v) in _NUMBER else np.nan for v in values]
+    if not set(map(type, values)) <= _NUMBER_OR_NONE:  # numpy makes None NaN; no bool, no text
+        values = [v if type(v) in _NUMBER else np.nan for v in values]
     with np.errstate(over="ignore"):
         return np.array(values, dtype=np.float64)
 
@@ -158,7 +172,9 @@ def _ranks(rows: Rows) -> dict[int, tuple[float, float, float]]:
         rank = _int(row.get("rank"), default=-1, limit=2**31)
         if rank < 0:
             continue
-        values = [_finite([_num(row, name)]) for name in ("bytes_read", "bytes_written", "io_time")]
+        values = [
+            _finite_or_zero(_num(row, name)) for name in ("bytes_read", "bytes_written", "io_time")
+        ]
         known = out.get(rank, (0.0, 0.0, 0.0))
         out[rank] = (known[0] + values[0], known[1] + values[1], known[2] + values[2])
     return out
@@ -185,8 +201,8 @@ def _heatmaps(rows: Rows) -> list[HeatmapSeries]:
             t = _int(row.get("time"))
             k = _int(row.get("bin"), default=-1)
             if start_ns <= t < end_ns and 0 <= k < nbins:
-                read[k] += _finite([_num(row, "read_bytes")])
-                write[k] += _finite([_num(row, "write_bytes")])
+                read[k] += _finite_or_zero(_num(row, "read_bytes"))
+                write[k] += _finite_or_zero(_num(row, "write_bytes"))
         series.append(HeatmapSeries(module, start_ns / NS, float(width), read, write))
     return series
 

@@ -126,7 +126,7 @@ def _record_points(
     records: RecordSignals,
     signals: LogSignals,
     base_tags: dict[str, str],
-    names: dict[int, str],
+    names_by_id: dict[int, str],
     top: int,
     start_ns: int,
 ) -> list[Point]:
@@ -137,37 +137,47 @@ def _record_points(
         return []
     table = signals.tables.get(records.module)
     every, shared = record_columns(table) if table is not None else ({}, {})
-    ranks, ids = records.ranks.tolist(), records.record_ids.tolist()
-    moved_read, moved_written = records.bytes_read.tolist(), records.bytes_written.tolist()
-    io_time = records.io_time.tolist()
+    rows = kept.tolist()
+    ranks, ids = records.ranks[kept].tolist(), records.record_ids[kept].tolist()
+    moved_read, moved_written = (
+        records.bytes_read[kept].tolist(),
+        records.bytes_written[kept].tolist(),
+    )
+    io_time = records.io_time[kept].tolist()
     tags = {**base_tags, "module": records.module}
-    signals_by_name = [
-        (name, column.values.tolist(), column.codes.tolist())
-        for name, column in records.columns.items()
-    ]
+    names = list(records.columns)
+    values = [column.values[kept].tolist() for column in records.columns.values()]
+    codes = [column.codes[kept].tolist() for column in records.columns.values()]
+    # per kept record: its signal values, and whether any is NA (the rare slow path)
+    value_rows = list(zip(*values, strict=True)) if values else [()] * len(rows)
+    with_na = (
+        [any(row_codes) for row_codes in zip(*codes, strict=True)] if codes else [False] * len(rows)
+    )
     points = []
-    for k, row in enumerate(kept.tolist()):
-        record_id = int(ids[row])
-        fields: dict[str, int | float | str] = {}
-        reasons = []
-        for name, values, codes in signals_by_name:  # _fields(records.row(row)), in one pass
-            if codes[row]:
-                reasons.append(f"{name}:{NA_REASONS[codes[row] - 1]}")
-            else:
-                fields[name] = values[row]
-        if reasons:
+    for k, row in enumerate(rows):
+        record_id = int(ids[k])
+        if with_na[k]:  # _fields(records.row(row)), in one pass
+            fields: dict[str, int | float | str] = {}
+            reasons = []
+            for name, column_values, column_codes in zip(names, values, codes, strict=True):
+                if column_codes[k]:
+                    reasons.append(f"{name}:{NA_REASONS[column_codes[k] - 1]}")
+                else:
+                    fields[name] = column_values[k]
             fields["na_reasons"] = ",".join(reasons)
+        else:
+            fields = dict(zip(names, value_rows[k], strict=True))
         fields["record_id"] = str(record_id)
-        fields["rank"] = int(ranks[row])
-        fields["file"] = names.get(record_id, "")
-        fields["bytes_read"] = int(moved_read[row])
-        fields["bytes_written"] = int(moved_written[row])
-        fields["io_time"] = float(io_time[row])
-        for name, values in every.items():
-            fields[name] = values[row]
-        if ranks[row] == -1:
-            for name, values in shared.items():
-                fields[name] = values[row]
+        fields["rank"] = int(ranks[k])
+        fields["file"] = names_by_id.get(record_id, "")
+        fields["bytes_read"] = int(moved_read[k])
+        fields["bytes_written"] = int(moved_written[k])
+        fields["io_time"] = float(io_time[k])
+        for name, column in every.items():
+            fields[name] = column[row]
+        if ranks[k] == -1:
+            for name, column in shared.items():
+                fields[name] = column[row]
         points.append(Point("darshan_record", dict(tags), fields, start_ns + k))
     return points
 
