@@ -12,12 +12,12 @@ they add no InfluxDB series; the index holds one more tag value per application 
 from __future__ import annotations
 
 import logging
-import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from hpcmon.common.config import ConfigError
+from hpcmon.common.fields import finite_field
 from hpcmon.post_job.model import JobContext
 from hpcmon.post_job.points import Point
 from hpcmon.post_job.slurm import SlurmJob
@@ -59,13 +59,6 @@ def app_from_command_line(command_line: str) -> str:
     return first.rstrip("/").rsplit("/", 1)[-1]
 
 
-def _number(fields: dict, name: str) -> float | None:
-    value = fields.get(name)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
 def darshan_app(points: Iterable[Point]) -> str | None:
     """The executable of the job's Darshan logs (the one that moved the most bytes)."""
     moved: dict[str, float] = defaultdict(float)
@@ -76,7 +69,8 @@ def darshan_app(points: Iterable[Point]) -> str | None:
         name = safe_app_name(app_from_command_line(exe)) if isinstance(exe, str) else ""
         if name and not app_name_problem(name):
             moved[name] += sum(
-                _number(point.fields, f) or 0.0 for f in ("total_bytes_read", "total_bytes_written")
+                finite_field(point.fields, f) or 0.0
+                for f in ("total_bytes_read", "total_bytes_written")
             )
     if not moved:
         return None
@@ -101,7 +95,7 @@ def run_point(points: Sequence[Point], tags: dict[str, str]) -> Point | None:
     fields: dict[str, int | float | str] = {"job_id": tags["jobid"]}  # last() of a tag: none
     if jobs:
         fields["logs"] = len(jobs)
-        runtimes = [_number(p.fields, "runtime") for p in jobs]
+        runtimes = [finite_field(p.fields, "runtime") for p in jobs]
         fields["runtime"] = max((r for r in runtimes if r is not None), default=0.0)
         for total, name in (
             ("total_bytes_read", "bytes_read"),
@@ -109,7 +103,7 @@ def run_point(points: Sequence[Point], tags: dict[str, str]) -> Point | None:
             ("total_reads", "reads"),
             ("total_writes", "writes"),
         ):
-            values = [_number(p.fields, total) for p in jobs]
+            values = [finite_field(p.fields, total) for p in jobs]
             if any(v is not None for v in values):
                 fields[name] = sum(v for v in values if v is not None)
         share = _metadata_share(points)
@@ -117,10 +111,10 @@ def run_point(points: Sequence[Point], tags: dict[str, str]) -> Point | None:
             fields["metadata_time_share"] = share
     if energy:
         fields["energy_joules"] = sum(
-            _number(p.fields, f) or 0.0 for p in energy for f in _ENERGY_FIELDS
+            finite_field(p.fields, f) or 0.0 for p in energy for f in _ENERGY_FIELDS
         )
         if not jobs:
-            runtimes = [_number(p.fields, "runtime_seconds") for p in energy]
+            runtimes = [finite_field(p.fields, "runtime_seconds") for p in energy]
             fields["runtime"] = max((r for r in runtimes if r is not None), default=0.0)
     start = min(p.time_ns for p in stamped if p.time_ns is not None)
     fields["start_time"] = start / 1e9
@@ -135,7 +129,7 @@ def _metadata_share(points: Iterable[Point]) -> float | None:
         if point.measurement != "darshan_module" or point.tags.get("module") != "POSIX":
             continue
         for kind in times:
-            times[kind] += _number(point.fields, f"posix_f_{kind}_time") or 0.0
+            times[kind] += finite_field(point.fields, f"posix_f_{kind}_time") or 0.0
     total = sum(times.values())
     return times["meta"] / total if total > 0 else None
 

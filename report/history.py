@@ -14,6 +14,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
+from hpcmon.common.fields import finite_field
 from hpcmon.report.influx import (
     InfluxReadError,
     InfluxSettings,
@@ -60,33 +61,21 @@ class AppHistory:
     runs: list[AppRun]  # oldest first
 
 
-def _number(row: dict, name: str) -> float | None:
-    """A finite number, or None: a damaged point may hold text, a bool or 1e400."""
-    value = row.get(name)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) and abs(number) < 1e300 else None
-
-
 def run_from_row(row: dict) -> AppRun:
-    reads, writes = _number(row, "reads"), _number(row, "writes")
-    energy = _number(row, "energy_joules")
+    reads, writes = finite_field(row, "reads"), finite_field(row, "writes")
+    energy = finite_field(row, "energy_joules")
     figures = {
-        "runtime_seconds": _number(row, "runtime"),
-        "bytes_read": _number(row, "bytes_read"),
-        "bytes_written": _number(row, "bytes_written"),
+        "runtime_seconds": finite_field(row, "runtime"),
+        "bytes_read": finite_field(row, "bytes_read"),
+        "bytes_written": finite_field(row, "bytes_written"),
         "operations": None if reads is None and writes is None else (reads or 0) + (writes or 0),
-        "metadata_time_share": _number(row, "metadata_time_share"),
+        "metadata_time_share": finite_field(row, "metadata_time_share"),
         "io_score": None,
         "energy_kwh": None if energy is None else energy / JOULES_PER_KWH,
     }
-    start = _number(row, "start_time")
+    start = finite_field(row, "start_time")
     if start is None:
-        start = (_number(row, "time") or 0.0) / 1e9
+        start = (finite_field(row, "time") or 0.0) / 1e9
     return AppRun(str(row.get("jobid", "")), start, figures)
 
 
@@ -146,7 +135,7 @@ def _add_scores(settings: InfluxSettings, cluster: str | None, runs: list[AppRun
         f"SELECT last(score) AS score FROM {_from(settings, DIAGNOSIS)} "
         f"WHERE {where} GROUP BY jobid",
     )
-    scores = {str(r.get("jobid")): _number(r, "score") for r in rows.get(DIAGNOSIS, [])}
+    scores = {str(r.get("jobid")): finite_field(r, "score") for r in rows.get(DIAGNOSIS, [])}
     for run in runs:
         run.figures["io_score"] = scores.get(run.job_id)
 
