@@ -22,7 +22,7 @@ def darshan_from_logs(paths: list[Path]) -> tuple[DarshanData | None, list[str]]
     """All logs of the job merged; problems (unreadable logs) as one line each."""
     from hpcmon.post_job.darshan import collect_darshan
 
-    output = collect_darshan([Path(p) for p in paths], [], _JOB)
+    output = collect_darshan([Path(p) for p in paths], [], _JOB, diagnose=False)
     return _data(output), list(output.errors)
 
 

@@ -58,7 +58,10 @@ def collect_darshan(
     *,
     top_records: int = option("sources.darshan", "top_records").default,
     signals_out: Path | None = None,
+    diagnose: bool = True,
 ) -> SourceOutput:
+    """``diagnose``: also the job's ``job_diagnosis`` points (the report, which runs its
+    rules itself, does without)."""
     output = SourceOutput()
     computed: list[tuple[JobInfo, LogSignals]] = []
     diagnosed: list[DarshanLog] = []  # the logs that gave points: the job's diagnosis
@@ -72,7 +75,8 @@ def collect_darshan(
             computed.append(converted)
             diagnosed.append(outcome)
         output.errors.extend(problems)
-    _diagnosis(diagnosed, job, output)
+    if diagnose:
+        _diagnosis(diagnosed, job, output)
     if signals_out is not None:
         try:
             write_signals(Path(signals_out), computed)
