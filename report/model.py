@@ -7,6 +7,7 @@ insights then say what they could not evaluate instead of passing silently.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -51,13 +52,18 @@ FILE_COLUMNS = (
 
 @dataclass
 class FileTable:
-    """Darshan records of one module: ``columns[name][row]``; ``files[row]`` is the path."""
+    """Darshan records of one module: ``col(name)[row]``; ``files[row]`` is the path.
+
+    A FILE_COLUMNS column not in ``columns`` is made by ``read_column`` when first asked
+    for: the rules and the report read a few columns of a few tables, and making every
+    column of every table would cost more than the rest of the diagnosis."""
 
     module: str
     record_ids: list[str]
     files: list[str]
     columns: dict[str, np.ndarray]
     total_records: int  # how many records the module has in the logs (>= rows kept)
+    read_column: Callable[[str], np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.record_ids)
@@ -67,6 +73,8 @@ class FileTable:
         return len(self) >= self.total_records
 
     def col(self, name: str) -> np.ndarray:
+        if name not in self.columns and self.read_column is not None and name in FILE_COLUMNS:
+            self.columns[name] = self.read_column(name)
         return self.columns[name]
 
     @staticmethod

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from functools import partial
 
 import numpy as np
 
@@ -34,10 +35,12 @@ def rows_from_points(points: Iterable) -> Rows:
     """The rows InfluxDB would return for these points (tags and fields merged, time in ns)."""
     rows: Rows = {m: [] for m in MEASUREMENTS}
     for point in points:
-        row = {k: v for k, v in point.tags.items() if v not in (None, "")}
-        row.update(point.fields)
-        row["time"] = point.time_ns
-        rows.setdefault(point.measurement, []).append(row)
+        tags = point.tags
+        if not all(tags.values()):  # an empty tag: InfluxDB stores none
+            tags = {k: v for k, v in tags.items() if v not in (None, "")}
+        rows.setdefault(point.measurement, []).append(
+            {**tags, **point.fields, "time": point.time_ns}
+        )
     return rows
 
 
@@ -63,9 +66,15 @@ def _float(value) -> float:
         return np.nan
 
 
-def _finite_or_zero(value: float) -> float:
-    """``_finite([value])`` for one value, without the list (once per heatmap bin)."""
-    return value if math.isfinite(value) else 0.0
+_LARGEST = float(np.finfo(np.float64).max)
+
+
+def _nan_to_num(value: float) -> np.float64:
+    """``np.nan_to_num`` of one float (NaN 0, infinities the largest finite float), without
+    its array machinery: it runs for several fields of every module row."""
+    if math.isnan(value):
+        return np.float64(0.0)
+    return np.float64(min(max(value, -_LARGEST), _LARGEST))
 
 
 def _finite(values: Iterable[float], default: float = 0.0) -> float:
@@ -88,31 +97,60 @@ _NUMBER = (int, float)
 _NUMBER_OR_NONE = {int, float, type(None)}
 
 
+def _field(rows: list[dict], name: str, convert: Callable[[object], float]) -> np.ndarray:
+    """One field over all rows as float64: numbers as they are, absent values NaN, any other
+    value through ``convert`` (only then is each value looked at in Python)."""
+    nan = np.nan  # a local: looked up once, not once per row
+    values = [r.get(name, nan) for r in rows]
+    if not set(map(type, values)) <= _NUMBER_OR_NONE:
+        values = [convert(v) for v in values]
+    return np.array(values, dtype=np.float64)  # None is NaN there
+
+
+def _number_or_nan(value) -> float:
+    return value if type(value) in _NUMBER else np.nan
+
+
 def _column(records: list[dict], name: str) -> np.ndarray:
     """One field over all records as float64; absent, text or bool values are NaN."""
-    values = [r.get(name) for r in records]
-    if not set(map(type, values)) <= _NUMBER_OR_NONE:  # numpy makes None NaN; no bool, no text
-        values = [v if type(v) in _NUMBER else np.nan for v in values]
-    with np.errstate(over="ignore"):
-        return np.array(values, dtype=np.float64)
+    return _field(records, name, _number_or_nan)
+
+
+def _numbers(rows: list[dict], name: str) -> np.ndarray:
+    """``_num`` of each row's field."""
+    return _field(rows, name, _float)
+
+
+def _whole(numbers: np.ndarray, default: int = 0, limit: int = 2**62) -> np.ndarray:
+    """``_int`` of each number, as float64 (the same whole values: ``_int`` truncates)."""
+    return np.where(np.abs(numbers) <= limit, np.trunc(numbers), default)  # NaN, inf: default
+
+
+def _finite_or_zeros(values: np.ndarray) -> np.ndarray:
+    """Each value, 0 where it is NaN or infinite (a hostile row's)."""
+    return np.where(np.isfinite(values), values, 0.0)
 
 
 def _in_order(rows: list[dict]) -> list[dict]:
     """Rows by log, then time: InfluxDB and the hook list them in different orders."""
-    return sorted(rows, key=lambda r: (str(r.get("log", "")), _int(r.get("time"))))
-
-
-def _is_counter(module: str, name: str) -> bool:
-    """A field of a darshan_module point that holds a counter sum or a folded rule input."""
-    return name.startswith(prefix(module).lower() + "_") or name in RULE_INPUTS
+    times = _whole(_numbers(rows, "time")).tolist()
+    logs = [str(r.get("log", "")) for r in rows]
+    order = sorted(range(len(rows)), key=times.__getitem__)
+    order.sort(key=logs.__getitem__)  # a stable sort: by log, then time, then the rows' order
+    return [rows[i] for i in order]
 
 
 def _add_counters(totals: ModuleTotals, row: dict) -> None:
+    """The fields of a darshan_module row that hold a counter sum (named with the module's
+    prefix) or a folded rule input, added to the module's."""
+    counter_prefix = prefix(totals.module).lower() + "_"
     for name, value in row.items():
-        if type(value) not in _NUMBER or not _is_counter(totals.module, name):
+        if type(value) not in _NUMBER or not (
+            name.startswith(counter_prefix) or name in RULE_INPUTS
+        ):
             continue
         value = float(value)
-        if not np.isfinite(value):
+        if not math.isfinite(value):
             continue
         known = totals.counters.get(name)
         if known is None:
@@ -143,24 +181,26 @@ def darshan_from_rows(rows: Rows) -> DarshanData | None:
     for row in _in_order(rows.get("darshan_module", [])):
         module = str(row.get("module", ""))
         totals = data.modules.setdefault(module, ModuleTotals(module))
-        totals.bytes_read += np.nan_to_num(_num(row, "total_bytes_read"))
-        totals.bytes_written += np.nan_to_num(_num(row, "total_bytes_written"))
-        totals.reads += np.nan_to_num(_num(row, "total_reads"))
-        totals.writes += np.nan_to_num(_num(row, "total_writes"))
+        totals.bytes_read += _nan_to_num(_num(row, "total_bytes_read"))
+        totals.bytes_written += _nan_to_num(_num(row, "total_bytes_written"))
+        totals.reads += _nan_to_num(_num(row, "total_reads"))
+        totals.writes += _nan_to_num(_num(row, "total_writes"))
         totals.records += max(_int(row.get("records"), limit=2**40), 0)
-        totals.time_by_slowest += np.nan_to_num(_num(row, "agg_time_by_slowest"))
+        totals.time_by_slowest += _nan_to_num(_num(row, "agg_time_by_slowest"))
         _add_counters(totals, row)
     by_module: dict[str, list[dict]] = defaultdict(list)
     for row in rows.get("darshan_record", []):
         by_module[str(row.get("module", ""))].append(row)
     for module in sorted(by_module):
         records = _in_order(by_module[module])
-        table = FileTable.empty(module, len(records))
-        table.total_records = max(len(records), data.modules.get(module, ModuleTotals("")).records)
-        table.record_ids = [str(row.get("record_id", "")) for row in records]
-        table.files = [str(row.get("file", "")) for row in records]
-        table.columns.update({name: _column(records, name) for name in FILE_COLUMNS})
-        data.files[module] = table
+        data.files[module] = FileTable(
+            module,
+            record_ids=[str(row.get("record_id", "")) for row in records],
+            files=[str(row.get("file", "")) for row in records],
+            columns={},  # each made from the records when first read
+            total_records=max(len(records), data.modules.get(module, ModuleTotals("")).records),
+            read_column=partial(_column, records),
+        )
     data.heatmaps = _heatmaps(rows)
     data.ranks = _ranks(rows)
     return data
@@ -168,15 +208,17 @@ def darshan_from_rows(rows: Rows) -> DarshanData | None:
 
 def _ranks(rows: Rows) -> dict[int, tuple[float, float, float]]:
     out: dict[int, tuple[float, float, float]] = {}
-    for row in _in_order(rows.get("darshan_rank", [])):
-        rank = _int(row.get("rank"), default=-1, limit=2**31)
+    ordered = _in_order(rows.get("darshan_rank", []))
+    ranks = _whole(_numbers(ordered, "rank"), default=-1, limit=2**31).astype(np.int64).tolist()
+    reads, writes, io_times = (
+        _finite_or_zeros(_numbers(ordered, name)).tolist()
+        for name in ("bytes_read", "bytes_written", "io_time")
+    )
+    for rank, read, written, io_time in zip(ranks, reads, writes, io_times, strict=True):
         if rank < 0:
             continue
-        values = [
-            _finite_or_zero(_num(row, name)) for name in ("bytes_read", "bytes_written", "io_time")
-        ]
         known = out.get(rank, (0.0, 0.0, 0.0))
-        out[rank] = (known[0] + values[0], known[1] + values[1], known[2] + values[2])
+        out[rank] = (known[0] + read, known[1] + written, known[2] + io_time)
     return out
 
 
@@ -186,24 +228,30 @@ def _heatmaps(rows: Rows) -> list[HeatmapSeries]:
         key = (str(row.get("log", "")), str(row.get("module")), _int(row.get("time")))
         widths[key] = (_num(row, "bin_width"), _int(row.get("nbins"), limit=MAX_BINS))
     series = []
-    bins_by_key: dict[tuple[str, str], list[dict]] = defaultdict(list)
-    for row in rows.get("darshan_heatmap_bin", []):
-        bins_by_key[(str(row.get("log", "")), str(row.get("module")))].append(row)
+    bins = rows.get("darshan_heatmap_bin", [])
+    times = _whole(_numbers(bins, "time")).tolist()
+    ks = _whole(_numbers(bins, "bin"), default=-1).tolist()
+    reads, writes = (
+        _finite_or_zeros(_numbers(bins, name)).tolist() for name in ("read_bytes", "write_bytes")
+    )
+    bins_by_key: dict[tuple[str, str], list[int]] = defaultdict(list)  # row numbers
+    for i, row in enumerate(bins):
+        bins_by_key[(str(row.get("log", "")), str(row.get("module")))].append(i)
     for (log, module, start_ns), (width, nbins) in sorted(
         widths.items(), key=lambda kv: (kv[0][2], kv[0][0], kv[0][1])
     ):
         if not np.isfinite(width) or width <= 0 or nbins <= 0:
             continue
-        read = np.zeros(nbins)
-        write = np.zeros(nbins)
+        read, write = [0.0] * nbins, [0.0] * nbins
         end_ns = start_ns + nbins * width * NS
-        for row in bins_by_key.get((log, module), []):
-            t = _int(row.get("time"))
-            k = _int(row.get("bin"), default=-1)
-            if start_ns <= t < end_ns and 0 <= k < nbins:
-                read[k] += _finite_or_zero(_num(row, "read_bytes"))
-                write[k] += _finite_or_zero(_num(row, "write_bytes"))
-        series.append(HeatmapSeries(module, start_ns / NS, float(width), read, write))
+        for i in bins_by_key.get((log, module), []):
+            k = ks[i]
+            if start_ns <= times[i] < end_ns and 0 <= k < nbins:
+                read[int(k)] += reads[i]
+                write[int(k)] += writes[i]
+        series.append(
+            HeatmapSeries(module, start_ns / NS, float(width), np.array(read), np.array(write))
+        )
     return series
 
 
