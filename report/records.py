@@ -35,12 +35,12 @@ def rows_from_points(points: Iterable) -> Rows:
     """The rows InfluxDB would return for these points (tags and fields merged, time in ns)."""
     rows: Rows = {m: [] for m in MEASUREMENTS}
     for point in points:
-        tags = point.tags
-        if not all(tags.values()):  # an empty tag: InfluxDB stores none
-            tags = {k: v for k, v in tags.items() if v not in (None, "")}
-        rows.setdefault(point.measurement, []).append(
-            {**tags, **point.fields, "time": point.time_ns}
-        )
+        row = dict(point.fields)  # a copy of the whole dict at once: a record has many fields
+        for key, value in point.tags.items():
+            if value not in (None, ""):  # InfluxDB stores no empty tag
+                row.setdefault(key, value)  # a field wins over a tag of the same name
+        row["time"] = point.time_ns
+        rows.setdefault(point.measurement, []).append(row)
     return rows
 
 
@@ -133,6 +133,8 @@ def _finite_or_zeros(values: np.ndarray) -> np.ndarray:
 
 def _in_order(rows: list[dict]) -> list[dict]:
     """Rows by log, then time: InfluxDB and the hook list them in different orders."""
+    if not rows:  # nothing to convert (numpy's fixed cost is most of a small log's)
+        return []
     times = _whole(_numbers(rows, "time")).tolist()
     logs = [str(r.get("log", "")) for r in rows]
     order = sorted(range(len(rows)), key=times.__getitem__)
@@ -209,6 +211,8 @@ def darshan_from_rows(rows: Rows) -> DarshanData | None:
 def _ranks(rows: Rows) -> dict[int, tuple[float, float, float]]:
     out: dict[int, tuple[float, float, float]] = {}
     ordered = _in_order(rows.get("darshan_rank", []))
+    if not ordered:
+        return out
     ranks = _whole(_numbers(ordered, "rank"), default=-1, limit=2**31).astype(np.int64).tolist()
     reads, writes, io_times = (
         _finite_or_zeros(_numbers(ordered, name)).tolist()
@@ -227,16 +231,12 @@ def _heatmaps(rows: Rows) -> list[HeatmapSeries]:
     for row in rows.get("darshan_heatmap", []):
         key = (str(row.get("log", "")), str(row.get("module")), _int(row.get("time")))
         widths[key] = (_num(row, "bin_width"), _int(row.get("nbins"), limit=MAX_BINS))
-    series = []
-    bins = rows.get("darshan_heatmap_bin", [])
-    times = _whole(_numbers(bins, "time")).tolist()
-    ks = _whole(_numbers(bins, "bin"), default=-1).tolist()
-    reads, writes = (
-        _finite_or_zeros(_numbers(bins, name)).tolist() for name in ("read_bytes", "write_bytes")
+    series: list[tuple[str, int, float, list[float], list[float]]] = []
+    # (log, module) -> (start, end, bins, read, write) of each of its series, filled below;
+    # times as floats (start_ns is a float's whole value): int-float comparisons are slower
+    windows: dict[tuple[str, str], list[tuple[float, float, int, list[float], list[float]]]] = (
+        defaultdict(list)
     )
-    bins_by_key: dict[tuple[str, str], list[int]] = defaultdict(list)  # row numbers
-    for i, row in enumerate(bins):
-        bins_by_key[(str(row.get("log", "")), str(row.get("module")))].append(i)
     for (log, module, start_ns), (width, nbins) in sorted(
         widths.items(), key=lambda kv: (kv[0][2], kv[0][0], kv[0][1])
     ):
@@ -244,15 +244,27 @@ def _heatmaps(rows: Rows) -> list[HeatmapSeries]:
             continue
         read, write = [0.0] * nbins, [0.0] * nbins
         end_ns = start_ns + nbins * width * NS
-        for i in bins_by_key.get((log, module), []):
-            k = ks[i]
-            if start_ns <= times[i] < end_ns and 0 <= k < nbins:
-                read[int(k)] += reads[i]
-                write[int(k)] += writes[i]
-        series.append(
-            HeatmapSeries(module, start_ns / NS, float(width), np.array(read), np.array(write))
-        )
-    return series
+        windows[(log, module)].append((float(start_ns), end_ns, nbins, read, write))
+        series.append((module, start_ns, width, read, write))
+    if not series:
+        return []
+    bins = rows.get("darshan_heatmap_bin", [])
+    times = _whole(_numbers(bins, "time")).tolist()
+    ks = _whole(_numbers(bins, "bin"), default=-1).astype(np.int64).tolist()
+    reads, writes = (
+        _finite_or_zeros(_numbers(bins, name)).tolist() for name in ("read_bytes", "write_bytes")
+    )
+    # one pass over the bins in their order: each series adds its bins in that order
+    for row, t, k, moved_read, moved_write in zip(bins, times, ks, reads, writes, strict=True):
+        key = (str(row.get("log", "")), str(row.get("module")))
+        for start_ns, end_ns, nbins, read, write in windows.get(key, ()):
+            if start_ns <= t < end_ns and 0 <= k < nbins:
+                read[k] += moved_read
+                write[k] += moved_write
+    return [
+        HeatmapSeries(module, start_ns / NS, float(width), np.array(read), np.array(write))
+        for module, start_ns, width, read, write in series
+    ]
 
 
 def functions_from_rows(rows: Rows) -> list[FunctionStat]:
