@@ -84,7 +84,7 @@ def _posix(job: JobData) -> tuple[DarshanData, FileTable] | NotEvaluated:
 
 
 def _known(values: np.ndarray) -> bool:
-    return bool(len(values)) and not np.all(np.isnan(values))
+    return bool(len(values)) and not np.isnan(values).all()
 
 
 ALL_RECORDS = "all records"  # the hook folds every record into its module's sums

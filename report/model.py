@@ -54,16 +54,19 @@ FILE_COLUMNS = (
 class FileTable:
     """Darshan records of one module: ``col(name)[row]``; ``files[row]`` is the path.
 
-    A FILE_COLUMNS column not in ``columns`` is made by ``read_column`` when first asked
-    for: the rules and the report read a few columns of a few tables, and making every
-    column of every table would cost more than the rest of the diagnosis."""
+    A FILE_COLUMNS column not in ``columns`` is made by ``read_columns`` when first asked
+    for (it may make others with it): the rules and the report read a few columns of a few
+    tables, and making every column of every table would cost more than the rest of the
+    diagnosis."""
 
     module: str
     record_ids: list[str]
     files: list[str]
     columns: dict[str, np.ndarray]
     total_records: int  # how many records the module has in the logs (>= rows kept)
-    read_column: Callable[[str], np.ndarray] | None = field(default=None, repr=False, compare=False)
+    read_columns: Callable[[str], dict[str, np.ndarray]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def __len__(self) -> int:
         return len(self.record_ids)
@@ -73,8 +76,9 @@ class FileTable:
         return len(self) >= self.total_records
 
     def col(self, name: str) -> np.ndarray:
-        if name not in self.columns and self.read_column is not None and name in FILE_COLUMNS:
-            self.columns[name] = self.read_column(name)
+        if name not in self.columns and self.read_columns is not None and name in FILE_COLUMNS:
+            for made, column in self.read_columns(name).items():
+                self.columns.setdefault(made, column)
         return self.columns[name]
 
     @staticmethod

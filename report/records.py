@@ -12,6 +12,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from functools import partial
+from itertools import repeat
 
 import numpy as np
 
@@ -79,7 +80,7 @@ def _nan_to_num(value: float) -> np.float64:
 
 def _finite(values: Iterable[float], default: float = 0.0) -> float:
     """The largest finite value, or default: hostile rows carry NaN, inf or text."""
-    found = [v for v in values if np.isfinite(v)]
+    found = [v for v in values if math.isfinite(v)]
     return max(found) if found else default
 
 
@@ -97,28 +98,49 @@ _NUMBER = (int, float)
 _NUMBER_OR_NONE = {int, float, type(None)}
 
 
-def _field(rows: list[dict], name: str, convert: Callable[[object], float]) -> np.ndarray:
-    """One field over all rows as float64: numbers as they are, absent values NaN, any other
-    value through ``convert`` (only then is each value looked at in Python)."""
-    nan = np.nan  # a local: looked up once, not once per row
-    values = [r.get(name, nan) for r in rows]
-    if not set(map(type, values)) <= _NUMBER_OR_NONE:
-        values = [convert(v) for v in values]
-    return np.array(values, dtype=np.float64)  # None is NaN there
+def _fields(
+    rows: list[dict], names: tuple[str, ...], convert: Callable[[object], float]
+) -> np.ndarray:
+    """Fields over all rows as float64, one row of the result per name: numbers as they are,
+    absent values NaN, any other value through ``convert``. One numpy conversion for all:
+    most inputs hold a few rows."""
+    nan = np.nan  # a local: looked up once, not once per value
+    return _floats([[r.get(name, nan) for r in rows] for name in names], convert)
+
+
+def _floats(values: list[list], convert: Callable[[object], float]) -> np.ndarray:
+    """Lists of values as one float64 array; each value through ``convert`` only when one of
+    them is neither a number nor None (None is NaN in numpy)."""
+    types: set[type] = set()
+    for part in values:
+        types.update(map(type, part))
+    if not types <= _NUMBER_OR_NONE:
+        values = [[convert(v) for v in part] for part in values]
+    return np.array(values, dtype=np.float64)
 
 
 def _number_or_nan(value) -> float:
     return value if type(value) in _NUMBER else np.nan
 
 
-def _column(records: list[dict], name: str) -> np.ndarray:
-    """One field over all records as float64; absent, text or bool values are NaN."""
-    return _field(records, name, _number_or_nan)
+FEW_RECORDS = 8  # a table this small makes all its columns at once (see _read_columns)
 
 
-def _numbers(rows: list[dict], name: str) -> np.ndarray:
-    """``_num`` of each row's field."""
-    return _field(rows, name, _float)
+def _read_columns(records: list[dict], name: str) -> dict[str, np.ndarray]:
+    """Column ``name`` over all records as float64 (absent, text or bool values are NaN); for a
+    table of few records every FILE_COLUMNS column with it: one numpy conversion then costs
+    less than the many that the rules would ask for one at a time."""
+    if len(records) > FEW_RECORDS:
+        return {name: _fields(records, (name,), _number_or_nan)[0]}
+    nan = np.nan
+    by_record = [list(map(r.get, FILE_COLUMNS, repeat(nan))) for r in records]
+    table = _floats(by_record, _number_or_nan).reshape(len(records), len(FILE_COLUMNS))
+    return dict(zip(FILE_COLUMNS, table.T.copy(), strict=True))  # a contiguous row per column
+
+
+def _numbers(rows: list[dict], *names: str) -> np.ndarray:
+    """``_num`` of each row's fields, one row of the result per name."""
+    return _fields(rows, names, _float)
 
 
 def _whole(numbers: np.ndarray, default: int = 0, limit: int = 2**62) -> np.ndarray:
@@ -135,7 +157,7 @@ def _in_order(rows: list[dict]) -> list[dict]:
     """Rows by log, then time: InfluxDB and the hook list them in different orders."""
     if not rows:  # nothing to convert (numpy's fixed cost is most of a small log's)
         return []
-    times = _whole(_numbers(rows, "time")).tolist()
+    times = _whole(_numbers(rows, "time")[0]).tolist()
     logs = [str(r.get("log", "")) for r in rows]
     order = sorted(range(len(rows)), key=times.__getitem__)
     order.sort(key=logs.__getitem__)  # a stable sort: by log, then time, then the rows' order
@@ -146,6 +168,7 @@ def _add_counters(totals: ModuleTotals, row: dict) -> None:
     """The fields of a darshan_module row that hold a counter sum (named with the module's
     prefix) or a folded rule input, added to the module's."""
     counter_prefix = prefix(totals.module).lower() + "_"
+    counters = totals.counters
     for name, value in row.items():
         if type(value) not in _NUMBER or not (
             name.startswith(counter_prefix) or name in RULE_INPUTS
@@ -154,13 +177,13 @@ def _add_counters(totals: ModuleTotals, row: dict) -> None:
         value = float(value)
         if not math.isfinite(value):
             continue
-        known = totals.counters.get(name)
+        known = counters.get(name)
         if known is None:
-            totals.counters[name] = value
+            counters[name] = value
         elif name.startswith("max_"):
-            totals.counters[name] = max(known, value)
+            counters[name] = max(known, value)
         else:
-            totals.counters[name] = known + value
+            counters[name] = known + value
 
 
 def darshan_from_rows(rows: Rows) -> DarshanData | None:
@@ -172,7 +195,7 @@ def darshan_from_rows(rows: Rows) -> DarshanData | None:
     ends = [_num(j, "end_time") for j in jobs]
     data.start = -_finite([-v for v in starts], default=np.nan)
     data.end = _finite(ends, default=np.nan)
-    if not (np.isfinite(data.start) and np.isfinite(data.end)):
+    if not (math.isfinite(data.start) and math.isfinite(data.end)):
         data.start = data.end = None
     data.runtime = max(_finite(_num(j, "runtime") for j in jobs), 0.0)
     data.nprocs = max(_int(_finite(_num(j, "nprocs") for j in jobs), limit=2**31), 0)
@@ -201,7 +224,7 @@ def darshan_from_rows(rows: Rows) -> DarshanData | None:
             files=[str(row.get("file", "")) for row in records],
             columns={},  # each made from the records when first read
             total_records=max(len(records), data.modules.get(module, ModuleTotals("")).records),
-            read_column=partial(_column, records),
+            read_columns=partial(_read_columns, records),
         )
     data.heatmaps = _heatmaps(rows)
     data.ranks = _ranks(rows)
@@ -213,11 +236,9 @@ def _ranks(rows: Rows) -> dict[int, tuple[float, float, float]]:
     ordered = _in_order(rows.get("darshan_rank", []))
     if not ordered:
         return out
-    ranks = _whole(_numbers(ordered, "rank"), default=-1, limit=2**31).astype(np.int64).tolist()
-    reads, writes, io_times = (
-        _finite_or_zeros(_numbers(ordered, name)).tolist()
-        for name in ("bytes_read", "bytes_written", "io_time")
-    )
+    numbers = _numbers(ordered, "rank", "bytes_read", "bytes_written", "io_time")
+    ranks = _whole(numbers[0], default=-1, limit=2**31).astype(np.int64).tolist()
+    reads, writes, io_times = _finite_or_zeros(numbers[1:]).tolist()
     for rank, read, written, io_time in zip(ranks, reads, writes, io_times, strict=True):
         if rank < 0:
             continue
@@ -240,7 +261,7 @@ def _heatmaps(rows: Rows) -> list[HeatmapSeries]:
     for (log, module, start_ns), (width, nbins) in sorted(
         widths.items(), key=lambda kv: (kv[0][2], kv[0][0], kv[0][1])
     ):
-        if not np.isfinite(width) or width <= 0 or nbins <= 0:
+        if not math.isfinite(width) or width <= 0 or nbins <= 0:
             continue
         read, write = [0.0] * nbins, [0.0] * nbins
         end_ns = start_ns + nbins * width * NS
@@ -249,11 +270,10 @@ def _heatmaps(rows: Rows) -> list[HeatmapSeries]:
     if not series:
         return []
     bins = rows.get("darshan_heatmap_bin", [])
-    times = _whole(_numbers(bins, "time")).tolist()
-    ks = _whole(_numbers(bins, "bin"), default=-1).astype(np.int64).tolist()
-    reads, writes = (
-        _finite_or_zeros(_numbers(bins, name)).tolist() for name in ("read_bytes", "write_bytes")
-    )
+    numbers = _numbers(bins, "time", "bin", "read_bytes", "write_bytes")
+    times = _whole(numbers[0]).tolist()
+    ks = _whole(numbers[1], default=-1).astype(np.int64).tolist()
+    reads, writes = _finite_or_zeros(numbers[2:]).tolist()
     # one pass over the bins in their order: each series adds its bins in that order
     for row, t, k, moved_read, moved_write in zip(bins, times, ks, reads, writes, strict=True):
         key = (str(row.get("log", "")), str(row.get("module")))
