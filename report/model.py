@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -123,6 +124,11 @@ class HeatmapSeries:
 
 @dataclass
 class DarshanData:
+    """The job's Darshan data. ``heatmaps`` and ``ranks`` are made by ``read_heatmaps`` and
+    ``read_ranks`` when first read (the job's diagnosis in the post-job hook reads neither:
+    they matter for the report's pictures and for rules that need Prometheus data too); both
+    can be set like attributes."""
+
     logs: int = 0
     nprocs: int = 0
     start: float | None = None
@@ -133,10 +139,23 @@ class DarshanData:
     module_names: set[str] = field(default_factory=set)  # every module in the logs
     counted_modules: set[str] = field(default_factory=set)  # modules in the job totals
     files: dict[str, FileTable] = field(default_factory=dict)  # POSIX, MPI-IO, STDIO, ...
-    heatmaps: list[HeatmapSeries] = field(default_factory=list)
-    # rank -> (bytes read, bytes written, I/O seconds) on its own files, job-total modules
-    ranks: dict[int, tuple[float, float, float]] = field(default_factory=dict)
     source: str = ""  # "influxdb points" or "darshan log"
+    read_heatmaps: Callable[[], list[HeatmapSeries]] = field(
+        default=list, repr=False, compare=False
+    )
+    read_ranks: Callable[[], dict[int, tuple[float, float, float]]] = field(
+        default=dict, repr=False, compare=False
+    )
+
+    @cached_property
+    def heatmaps(self) -> list[HeatmapSeries]:
+        return self.read_heatmaps()
+
+    @cached_property
+    def ranks(self) -> dict[int, tuple[float, float, float]]:
+        """rank -> (bytes read, bytes written, I/O seconds) on its own files, job-total
+        modules."""
+        return self.read_ranks()
 
     def total(self, attribute: str) -> float:
         return sum(

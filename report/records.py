@@ -36,10 +36,13 @@ def rows_from_points(points: Iterable) -> Rows:
     """The rows InfluxDB would return for these points (tags and fields merged, time in ns)."""
     rows: Rows = {m: [] for m in MEASUREMENTS}
     for point in points:
-        row = dict(point.fields)  # a copy of the whole dict at once: a record has many fields
-        for key, value in point.tags.items():
-            if value not in (None, ""):  # InfluxDB stores no empty tag
-                row.setdefault(key, value)  # a field wins over a tag of the same name
+        tags, fields = point.tags, point.fields
+        row = dict(fields)  # copied whole (a record point has many fields), then the tags
+        row.update(tags)
+        if len(row) < len(fields) + len(tags) or not all(tags.values()):
+            # a tag named like a field (the field wins) or an empty tag (InfluxDB stores none)
+            row = {k: v for k, v in tags.items() if v not in (None, "")}
+            row.update(fields)
         row["time"] = point.time_ns
         rows.setdefault(point.measurement, []).append(row)
     return rows
@@ -78,6 +81,11 @@ def _nan_to_num(value: float) -> np.float64:
     return np.float64(min(max(value, -_LARGEST), _LARGEST))
 
 
+def _finite_or_zero(value: float) -> float:
+    """``_finite([value])`` for one value, without the list (once per heatmap bin)."""
+    return value if math.isfinite(value) else 0.0
+
+
 def _finite(values: Iterable[float], default: float = 0.0) -> float:
     """The largest finite value, or default: hostile rows carry NaN, inf or text."""
     found = [v for v in values if math.isfinite(v)]
@@ -96,16 +104,6 @@ MAX_BINS = 1_000_000  # more heatmap bins than any Darshan log holds: a damaged 
 
 _NUMBER = (int, float)
 _NUMBER_OR_NONE = {int, float, type(None)}
-
-
-def _fields(
-    rows: list[dict], names: tuple[str, ...], convert: Callable[[object], float]
-) -> np.ndarray:
-    """Fields over all rows as float64, one row of the result per name: numbers as they are,
-    absent values NaN, any other value through ``convert``. One numpy conversion for all:
-    most inputs hold a few rows."""
-    nan = np.nan  # a local: looked up once, not once per value
-    return _floats([[r.get(name, nan) for r in rows] for name in names], convert)
 
 
 def _floats(values: list[list], convert: Callable[[object], float]) -> np.ndarray:
@@ -130,38 +128,17 @@ def _read_columns(records: list[dict], name: str) -> dict[str, np.ndarray]:
     """Column ``name`` over all records as float64 (absent, text or bool values are NaN); for a
     table of few records every FILE_COLUMNS column with it: one numpy conversion then costs
     less than the many that the rules would ask for one at a time."""
+    nan = np.nan  # a local: looked up once, not once per value
     if len(records) > FEW_RECORDS:
-        return {name: _fields(records, (name,), _number_or_nan)[0]}
-    nan = np.nan
+        return {name: _floats([[r.get(name, nan) for r in records]], _number_or_nan)[0]}
     by_record = [list(map(r.get, FILE_COLUMNS, repeat(nan))) for r in records]
-    table = _floats(by_record, _number_or_nan).reshape(len(records), len(FILE_COLUMNS))
-    return dict(zip(FILE_COLUMNS, table.T.copy(), strict=True))  # a contiguous row per column
-
-
-def _numbers(rows: list[dict], *names: str) -> np.ndarray:
-    """``_num`` of each row's fields, one row of the result per name."""
-    return _fields(rows, names, _float)
-
-
-def _whole(numbers: np.ndarray, default: int = 0, limit: int = 2**62) -> np.ndarray:
-    """``_int`` of each number, as float64 (the same whole values: ``_int`` truncates)."""
-    return np.where(np.abs(numbers) <= limit, np.trunc(numbers), default)  # NaN, inf: default
-
-
-def _finite_or_zeros(values: np.ndarray) -> np.ndarray:
-    """Each value, 0 where it is NaN or infinite (a hostile row's)."""
-    return np.where(np.isfinite(values), values, 0.0)
+    by_column = _floats(by_record, _number_or_nan).T.copy()  # a contiguous row per column
+    return dict(zip(FILE_COLUMNS, by_column, strict=True))
 
 
 def _in_order(rows: list[dict]) -> list[dict]:
     """Rows by log, then time: InfluxDB and the hook list them in different orders."""
-    if not rows:  # nothing to convert (numpy's fixed cost is most of a small log's)
-        return []
-    times = _whole(_numbers(rows, "time")[0]).tolist()
-    logs = [str(r.get("log", "")) for r in rows]
-    order = sorted(range(len(rows)), key=times.__getitem__)
-    order.sort(key=logs.__getitem__)  # a stable sort: by log, then time, then the rows' order
-    return [rows[i] for i in order]
+    return sorted(rows, key=lambda r: (str(r.get("log", "")), _int(r.get("time"))))
 
 
 def _add_counters(totals: ModuleTotals, row: dict) -> None:
@@ -226,65 +203,52 @@ def darshan_from_rows(rows: Rows) -> DarshanData | None:
             total_records=max(len(records), data.modules.get(module, ModuleTotals("")).records),
             read_columns=partial(_read_columns, records),
         )
-    data.heatmaps = _heatmaps(rows)
-    data.ranks = _ranks(rows)
+    data.read_heatmaps = partial(
+        _heatmaps, rows.get("darshan_heatmap", []), rows.get("darshan_heatmap_bin", [])
+    )
+    data.read_ranks = partial(_ranks, rows.get("darshan_rank", []))
     return data
 
 
-def _ranks(rows: Rows) -> dict[int, tuple[float, float, float]]:
+def _ranks(rank_rows: list[dict]) -> dict[int, tuple[float, float, float]]:
     out: dict[int, tuple[float, float, float]] = {}
-    ordered = _in_order(rows.get("darshan_rank", []))
-    if not ordered:
-        return out
-    numbers = _numbers(ordered, "rank", "bytes_read", "bytes_written", "io_time")
-    ranks = _whole(numbers[0], default=-1, limit=2**31).astype(np.int64).tolist()
-    reads, writes, io_times = _finite_or_zeros(numbers[1:]).tolist()
-    for rank, read, written, io_time in zip(ranks, reads, writes, io_times, strict=True):
+    for row in _in_order(rank_rows):
+        rank = _int(row.get("rank"), default=-1, limit=2**31)
         if rank < 0:
             continue
+        values = [
+            _finite_or_zero(_num(row, name)) for name in ("bytes_read", "bytes_written", "io_time")
+        ]
         known = out.get(rank, (0.0, 0.0, 0.0))
-        out[rank] = (known[0] + read, known[1] + written, known[2] + io_time)
+        out[rank] = (known[0] + values[0], known[1] + values[1], known[2] + values[2])
     return out
 
 
-def _heatmaps(rows: Rows) -> list[HeatmapSeries]:
+def _heatmaps(heatmap_rows: list[dict], bin_rows: list[dict]) -> list[HeatmapSeries]:
     widths = {}
-    for row in rows.get("darshan_heatmap", []):
+    for row in heatmap_rows:
         key = (str(row.get("log", "")), str(row.get("module")), _int(row.get("time")))
         widths[key] = (_num(row, "bin_width"), _int(row.get("nbins"), limit=MAX_BINS))
-    series: list[tuple[str, int, float, list[float], list[float]]] = []
-    # (log, module) -> (start, end, bins, read, write) of each of its series, filled below;
-    # times as floats (start_ns is a float's whole value): int-float comparisons are slower
-    windows: dict[tuple[str, str], list[tuple[float, float, int, list[float], list[float]]]] = (
-        defaultdict(list)
-    )
+    series = []
+    bins_by_key: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for row in bin_rows:
+        bins_by_key[(str(row.get("log", "")), str(row.get("module")))].append(row)
     for (log, module, start_ns), (width, nbins) in sorted(
         widths.items(), key=lambda kv: (kv[0][2], kv[0][0], kv[0][1])
     ):
-        if not math.isfinite(width) or width <= 0 or nbins <= 0:
+        if not np.isfinite(width) or width <= 0 or nbins <= 0:
             continue
-        read, write = [0.0] * nbins, [0.0] * nbins
+        read = np.zeros(nbins)
+        write = np.zeros(nbins)
         end_ns = start_ns + nbins * width * NS
-        windows[(log, module)].append((float(start_ns), end_ns, nbins, read, write))
-        series.append((module, start_ns, width, read, write))
-    if not series:
-        return []
-    bins = rows.get("darshan_heatmap_bin", [])
-    numbers = _numbers(bins, "time", "bin", "read_bytes", "write_bytes")
-    times = _whole(numbers[0]).tolist()
-    ks = _whole(numbers[1], default=-1).astype(np.int64).tolist()
-    reads, writes = _finite_or_zeros(numbers[2:]).tolist()
-    # one pass over the bins in their order: each series adds its bins in that order
-    for row, t, k, moved_read, moved_write in zip(bins, times, ks, reads, writes, strict=True):
-        key = (str(row.get("log", "")), str(row.get("module")))
-        for start_ns, end_ns, nbins, read, write in windows.get(key, ()):
+        for row in bins_by_key.get((log, module), []):
+            t = _int(row.get("time"))
+            k = _int(row.get("bin"), default=-1)
             if start_ns <= t < end_ns and 0 <= k < nbins:
-                read[k] += moved_read
-                write[k] += moved_write
-    return [
-        HeatmapSeries(module, start_ns / NS, float(width), np.array(read), np.array(write))
-        for module, start_ns, width, read, write in series
-    ]
+                read[k] += _finite_or_zero(_num(row, "read_bytes"))
+                write[k] += _finite_or_zero(_num(row, "write_bytes"))
+        series.append(HeatmapSeries(module, start_ns / NS, float(width), read, write))
+    return series
 
 
 def functions_from_rows(rows: Rows) -> list[FunctionStat]:
