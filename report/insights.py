@@ -84,7 +84,7 @@ def _posix(job: JobData) -> tuple[DarshanData, FileTable] | NotEvaluated:
 
 
 def _known(values: np.ndarray) -> bool:
-    return bool(len(values)) and not np.all(np.isnan(values))
+    return bool(len(values)) and not np.isnan(values).all()
 
 
 ALL_RECORDS = "all records"  # the hook folds every record into its module's sums
@@ -252,9 +252,9 @@ def _random(direction: str, code: str):
         random = _posix_counter(data, rid)
         if random is None:
             return NotEvaluated(rid, "sequential counts unknown")
-        per_file = np.nan_to_num(table.col(direction) - table.col(seq_col))
         total = _ops_total(data, "POSIX", direction)
         if total and random / total > RANDOM_OPERATIONS and random > RANDOM_OPERATIONS_ABSOLUTE:
+            per_file = np.nan_to_num(table.col(direction) - table.col(seq_col))
             return Insight(
                 rid,
                 HIGH,
@@ -284,9 +284,9 @@ def _metadata_time(job: JobData):
     longest = _posix_counter(data, "max_record_meta_time")
     if records is None or longest is None:
         return NotEvaluated("metadata_time", "metadata time unknown")
-    meta = table.col("meta_time")
-    slow = np.nan_to_num(meta) > METADATA_TIME_RANK
     if records > 0:
+        meta = table.col("meta_time")
+        slow = np.nan_to_num(meta) > METADATA_TIME_RANK
         return Insight(
             "metadata_time",
             HIGH,
@@ -322,9 +322,9 @@ def _shared_imbalance(kind: str, code: str):
             return NotEvaluated(rid, f"per-rank {kind} extremes are not in the Darshan data")
         with np.errstate(divide="ignore", invalid="ignore"):
             spread = np.where(shared & (total > 0), np.abs(slow - fast) / total, 0.0)
-        spread = np.nan_to_num(spread)
-        hit = spread > IMBALANCE_STRAGGLERS
+        hit = spread > IMBALANCE_STRAGGLERS  # NaN is no hit, as nan_to_num's 0 would be
         if hit.any():
+            spread = np.nan_to_num(spread)
             what = "bytes" if kind == "data" else "I/O time"
             return Insight(
                 rid,
@@ -384,9 +384,9 @@ def _collective(direction: str, code: str):
         n_indep = totals.counter(f"mpiio_indep_{direction}")
         if n_coll is None or n_indep is None:
             return NotEvaluated(rid, "collective/independent counts are not in the Darshan data")
-        table = job.darshan.files.get("MPI-IO") or FileTable.empty("MPI-IO", 0)
-        indep = table.col(f"indep_{direction}")
         if n_coll == 0 and n_indep + n_coll > COLLECTIVE_OPERATIONS_ABSOLUTE:
+            table = job.darshan.files.get("MPI-IO") or FileTable.empty("MPI-IO", 0)
+            indep = table.col(f"indep_{direction}")
             return Insight(
                 rid,
                 HIGH,

@@ -7,7 +7,9 @@ insights then say what they could not evaluate instead of passing silently.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -51,13 +53,21 @@ FILE_COLUMNS = (
 
 @dataclass
 class FileTable:
-    """Darshan records of one module: ``columns[name][row]``; ``files[row]`` is the path."""
+    """Darshan records of one module: ``col(name)[row]``; ``files[row]`` is the path.
+
+    A FILE_COLUMNS column not in ``columns`` is made by ``read_columns`` when first asked
+    for (it may make others with it): the rules and the report read a few columns of a few
+    tables, and making every column of every table would cost more than the rest of the
+    diagnosis."""
 
     module: str
     record_ids: list[str]
     files: list[str]
     columns: dict[str, np.ndarray]
     total_records: int  # how many records the module has in the logs (>= rows kept)
+    read_columns: Callable[[str], dict[str, np.ndarray]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def __len__(self) -> int:
         return len(self.record_ids)
@@ -67,6 +77,9 @@ class FileTable:
         return len(self) >= self.total_records
 
     def col(self, name: str) -> np.ndarray:
+        if name not in self.columns and self.read_columns is not None and name in FILE_COLUMNS:
+            for made, column in self.read_columns(name).items():
+                self.columns.setdefault(made, column)
         return self.columns[name]
 
     @staticmethod
@@ -111,6 +124,11 @@ class HeatmapSeries:
 
 @dataclass
 class DarshanData:
+    """The job's Darshan data. ``heatmaps`` and ``ranks`` are made by ``read_heatmaps`` and
+    ``read_ranks`` when first read (the job's diagnosis in the post-job hook reads neither:
+    they matter for the report's pictures and for rules that need Prometheus data too); both
+    can be set like attributes."""
+
     logs: int = 0
     nprocs: int = 0
     start: float | None = None
@@ -121,10 +139,23 @@ class DarshanData:
     module_names: set[str] = field(default_factory=set)  # every module in the logs
     counted_modules: set[str] = field(default_factory=set)  # modules in the job totals
     files: dict[str, FileTable] = field(default_factory=dict)  # POSIX, MPI-IO, STDIO, ...
-    heatmaps: list[HeatmapSeries] = field(default_factory=list)
-    # rank -> (bytes read, bytes written, I/O seconds) on its own files, job-total modules
-    ranks: dict[int, tuple[float, float, float]] = field(default_factory=dict)
     source: str = ""  # "influxdb points" or "darshan log"
+    read_heatmaps: Callable[[], list[HeatmapSeries]] = field(
+        default=list, repr=False, compare=False
+    )
+    read_ranks: Callable[[], dict[int, tuple[float, float, float]]] = field(
+        default=dict, repr=False, compare=False
+    )
+
+    @cached_property
+    def heatmaps(self) -> list[HeatmapSeries]:
+        return self.read_heatmaps()
+
+    @cached_property
+    def ranks(self) -> dict[int, tuple[float, float, float]]:
+        """rank -> (bytes read, bytes written, I/O seconds) on its own files, job-total
+        modules."""
+        return self.read_ranks()
 
     def total(self, attribute: str) -> float:
         return sum(

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from functools import partial
+from itertools import repeat
 
 import numpy as np
 
@@ -34,8 +36,13 @@ def rows_from_points(points: Iterable) -> Rows:
     """The rows InfluxDB would return for these points (tags and fields merged, time in ns)."""
     rows: Rows = {m: [] for m in MEASUREMENTS}
     for point in points:
-        row = {k: v for k, v in point.tags.items() if v not in (None, "")}
-        row.update(point.fields)
+        tags, fields = point.tags, point.fields
+        row = dict(fields)  # copied whole (a record point has many fields), then the tags
+        row.update(tags)
+        if len(row) < len(fields) + len(tags) or not all(tags.values()):
+            # a tag named like a field (the field wins) or an empty tag (InfluxDB stores none)
+            row = {k: v for k, v in tags.items() if v not in (None, "")}
+            row.update(fields)
         row["time"] = point.time_ns
         rows.setdefault(point.measurement, []).append(row)
     return rows
@@ -63,6 +70,17 @@ def _float(value) -> float:
         return np.nan
 
 
+_LARGEST = float(np.finfo(np.float64).max)
+
+
+def _nan_to_num(value: float) -> np.float64:
+    """``np.nan_to_num`` of one float (NaN 0, infinities the largest finite float), without
+    its array machinery: it runs for several fields of every module row."""
+    if math.isnan(value):
+        return np.float64(0.0)
+    return np.float64(min(max(value, -_LARGEST), _LARGEST))
+
+
 def _finite_or_zero(value: float) -> float:
     """``_finite([value])`` for one value, without the list (once per heatmap bin)."""
     return value if math.isfinite(value) else 0.0
@@ -70,7 +88,7 @@ def _finite_or_zero(value: float) -> float:
 
 def _finite(values: Iterable[float], default: float = 0.0) -> float:
     """The largest finite value, or default: hostile rows carry NaN, inf or text."""
-    found = [v for v in values if np.isfinite(v)]
+    found = [v for v in values if math.isfinite(v)]
     return max(found) if found else default
 
 
@@ -88,13 +106,34 @@ _NUMBER = (int, float)
 _NUMBER_OR_NONE = {int, float, type(None)}
 
 
-def _column(records: list[dict], name: str) -> np.ndarray:
-    """One field over all records as float64; absent, text or bool values are NaN."""
-    values = [r.get(name) for r in records]
-    if not set(map(type, values)) <= _NUMBER_OR_NONE:  # numpy makes None NaN; no bool, no text
-        values = [v if type(v) in _NUMBER else np.nan for v in values]
-    with np.errstate(over="ignore"):
-        return np.array(values, dtype=np.float64)
+def _floats(values: list[list], convert: Callable[[object], float]) -> np.ndarray:
+    """Lists of values as one float64 array; each value through ``convert`` only when one of
+    them is neither a number nor None (None is NaN in numpy)."""
+    types: set[type] = set()
+    for part in values:
+        types.update(map(type, part))
+    if not types <= _NUMBER_OR_NONE:
+        values = [[convert(v) for v in part] for part in values]
+    return np.array(values, dtype=np.float64)
+
+
+def _number_or_nan(value) -> float:
+    return value if type(value) in _NUMBER else np.nan
+
+
+FEW_RECORDS = 8  # a table this small makes all its columns at once (see _read_columns)
+
+
+def _read_columns(records: list[dict], name: str) -> dict[str, np.ndarray]:
+    """Column ``name`` over all records as float64 (absent, text or bool values are NaN); for a
+    table of few records every FILE_COLUMNS column with it: one numpy conversion then costs
+    less than the many that the rules would ask for one at a time."""
+    nan = np.nan  # a local: looked up once, not once per value
+    if len(records) > FEW_RECORDS:
+        return {name: _floats([[r.get(name, nan) for r in records]], _number_or_nan)[0]}
+    by_record = [list(map(r.get, FILE_COLUMNS, repeat(nan))) for r in records]
+    by_column = _floats(by_record, _number_or_nan).T.copy()  # a contiguous row per column
+    return dict(zip(FILE_COLUMNS, by_column, strict=True))
 
 
 def _in_order(rows: list[dict]) -> list[dict]:
@@ -102,25 +141,26 @@ def _in_order(rows: list[dict]) -> list[dict]:
     return sorted(rows, key=lambda r: (str(r.get("log", "")), _int(r.get("time"))))
 
 
-def _is_counter(module: str, name: str) -> bool:
-    """A field of a darshan_module point that holds a counter sum or a folded rule input."""
-    return name.startswith(prefix(module).lower() + "_") or name in RULE_INPUTS
-
-
 def _add_counters(totals: ModuleTotals, row: dict) -> None:
+    """The fields of a darshan_module row that hold a counter sum (named with the module's
+    prefix) or a folded rule input, added to the module's."""
+    counter_prefix = prefix(totals.module).lower() + "_"
+    counters = totals.counters
     for name, value in row.items():
-        if type(value) not in _NUMBER or not _is_counter(totals.module, name):
+        if type(value) not in _NUMBER or not (
+            name.startswith(counter_prefix) or name in RULE_INPUTS
+        ):
             continue
         value = float(value)
-        if not np.isfinite(value):
+        if not math.isfinite(value):
             continue
-        known = totals.counters.get(name)
+        known = counters.get(name)
         if known is None:
-            totals.counters[name] = value
+            counters[name] = value
         elif name.startswith("max_"):
-            totals.counters[name] = max(known, value)
+            counters[name] = max(known, value)
         else:
-            totals.counters[name] = known + value
+            counters[name] = known + value
 
 
 def darshan_from_rows(rows: Rows) -> DarshanData | None:
@@ -132,7 +172,7 @@ def darshan_from_rows(rows: Rows) -> DarshanData | None:
     ends = [_num(j, "end_time") for j in jobs]
     data.start = -_finite([-v for v in starts], default=np.nan)
     data.end = _finite(ends, default=np.nan)
-    if not (np.isfinite(data.start) and np.isfinite(data.end)):
+    if not (math.isfinite(data.start) and math.isfinite(data.end)):
         data.start = data.end = None
     data.runtime = max(_finite(_num(j, "runtime") for j in jobs), 0.0)
     data.nprocs = max(_int(_finite(_num(j, "nprocs") for j in jobs), limit=2**31), 0)
@@ -143,32 +183,36 @@ def darshan_from_rows(rows: Rows) -> DarshanData | None:
     for row in _in_order(rows.get("darshan_module", [])):
         module = str(row.get("module", ""))
         totals = data.modules.setdefault(module, ModuleTotals(module))
-        totals.bytes_read += np.nan_to_num(_num(row, "total_bytes_read"))
-        totals.bytes_written += np.nan_to_num(_num(row, "total_bytes_written"))
-        totals.reads += np.nan_to_num(_num(row, "total_reads"))
-        totals.writes += np.nan_to_num(_num(row, "total_writes"))
+        totals.bytes_read += _nan_to_num(_num(row, "total_bytes_read"))
+        totals.bytes_written += _nan_to_num(_num(row, "total_bytes_written"))
+        totals.reads += _nan_to_num(_num(row, "total_reads"))
+        totals.writes += _nan_to_num(_num(row, "total_writes"))
         totals.records += max(_int(row.get("records"), limit=2**40), 0)
-        totals.time_by_slowest += np.nan_to_num(_num(row, "agg_time_by_slowest"))
+        totals.time_by_slowest += _nan_to_num(_num(row, "agg_time_by_slowest"))
         _add_counters(totals, row)
     by_module: dict[str, list[dict]] = defaultdict(list)
     for row in rows.get("darshan_record", []):
         by_module[str(row.get("module", ""))].append(row)
     for module in sorted(by_module):
         records = _in_order(by_module[module])
-        table = FileTable.empty(module, len(records))
-        table.total_records = max(len(records), data.modules.get(module, ModuleTotals("")).records)
-        table.record_ids = [str(row.get("record_id", "")) for row in records]
-        table.files = [str(row.get("file", "")) for row in records]
-        table.columns.update({name: _column(records, name) for name in FILE_COLUMNS})
-        data.files[module] = table
-    data.heatmaps = _heatmaps(rows)
-    data.ranks = _ranks(rows)
+        data.files[module] = FileTable(
+            module,
+            record_ids=[str(row.get("record_id", "")) for row in records],
+            files=[str(row.get("file", "")) for row in records],
+            columns={},  # each made from the records when first read
+            total_records=max(len(records), data.modules.get(module, ModuleTotals("")).records),
+            read_columns=partial(_read_columns, records),
+        )
+    data.read_heatmaps = partial(
+        _heatmaps, rows.get("darshan_heatmap", []), rows.get("darshan_heatmap_bin", [])
+    )
+    data.read_ranks = partial(_ranks, rows.get("darshan_rank", []))
     return data
 
 
-def _ranks(rows: Rows) -> dict[int, tuple[float, float, float]]:
+def _ranks(rank_rows: list[dict]) -> dict[int, tuple[float, float, float]]:
     out: dict[int, tuple[float, float, float]] = {}
-    for row in _in_order(rows.get("darshan_rank", [])):
+    for row in _in_order(rank_rows):
         rank = _int(row.get("rank"), default=-1, limit=2**31)
         if rank < 0:
             continue
@@ -180,14 +224,14 @@ def _ranks(rows: Rows) -> dict[int, tuple[float, float, float]]:
     return out
 
 
-def _heatmaps(rows: Rows) -> list[HeatmapSeries]:
+def _heatmaps(heatmap_rows: list[dict], bin_rows: list[dict]) -> list[HeatmapSeries]:
     widths = {}
-    for row in rows.get("darshan_heatmap", []):
+    for row in heatmap_rows:
         key = (str(row.get("log", "")), str(row.get("module")), _int(row.get("time")))
         widths[key] = (_num(row, "bin_width"), _int(row.get("nbins"), limit=MAX_BINS))
     series = []
     bins_by_key: dict[tuple[str, str], list[dict]] = defaultdict(list)
-    for row in rows.get("darshan_heatmap_bin", []):
+    for row in bin_rows:
         bins_by_key[(str(row.get("log", "")), str(row.get("module")))].append(row)
     for (log, module, start_ns), (width, nbins) in sorted(
         widths.items(), key=lambda kv: (kv[0][2], kv[0][0], kv[0][1])

@@ -1,0 +1,92 @@
+"""Reading post-job points back (report/records.py): the details that make it cheap must not
+change what it reads. Columns of a small table are made all at once, a large table's one at a
+time; rows from points merge tags and fields whole unless a tag is empty or named like a
+field; heatmaps and bytes per rank are made when first read."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hpcmon.post_job.points import Point
+from hpcmon.report import records
+from hpcmon.report.model import FILE_COLUMNS, HeatmapSeries
+from hpcmon.report.records import darshan_from_rows, rows_from_points
+
+_value = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=4),
+    st.sampled_from(["1", "-2.5", "nan", "inf"]),  # text that float() would read
+)
+_record = st.dictionaries(st.sampled_from([*FILE_COLUMNS, "log", "time"]), _value, max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_record, min_size=1, max_size=records.FEW_RECORDS))
+def test_a_small_table_reads_the_columns_one_at_a_time_would(rows) -> None:
+    at_once = records._read_columns(rows, "rank")
+    assert list(at_once) == list(FILE_COLUMNS)
+    for name in FILE_COLUMNS:
+        # the same records as a large table (over FEW_RECORDS): this column alone
+        many = rows * (records.FEW_RECORDS // len(rows) + 1)
+        (alone,) = records._read_columns(many, name).values()
+        assert at_once[name].dtype == alone.dtype == np.float64
+        assert at_once[name].flags.c_contiguous
+        np.testing.assert_array_equal(np.tile(at_once[name], len(many) // len(rows)), alone)
+        # absent, text and bool values are NaN; numbers are kept
+        expected = [float(r[name]) if type(r.get(name)) in (int, float) else np.nan for r in rows]
+        np.testing.assert_array_equal(at_once[name], np.array(expected))
+
+
+def test_rows_merge_tags_and_fields_as_influxdb_returns_them() -> None:
+    plain = Point("darshan_rank", {"jobid": "7", "log": "a"}, {"rank": 3, "io_time": 1.5}, 10)
+    empty_tag = Point("darshan_rank", {"jobid": "7", "log": "", "cluster": None}, {"rank": 1}, 11)
+    clash = Point("darshan_rank", {"jobid": "7", "rank": "tag"}, {"rank": 2}, 12)
+    rows = rows_from_points([plain, empty_tag, clash])["darshan_rank"]
+    assert rows == [
+        {"jobid": "7", "log": "a", "rank": 3, "io_time": 1.5, "time": 10},
+        {"jobid": "7", "rank": 1, "time": 11},  # InfluxDB stores no empty tag
+        {"jobid": "7", "rank": 2, "time": 12},  # the field wins over the tag of its name
+    ]
+
+
+def _job_rows() -> dict[str, list[dict]]:
+    start = 1_700_000_000_000_000_000
+    return {
+        "darshan_job": [{"log": "a", "time": start, "start_time": 1.7e9, "end_time": 1.7e9 + 9}],
+        "darshan_heatmap": [
+            {"log": "a", "module": "POSIX", "time": start, "bin_width": 1.0, "nbins": 2}
+        ],
+        "darshan_heatmap_bin": [
+            {"log": "a", "module": "POSIX", "time": start + 10**9, "bin": 1, "read_bytes": 5}
+        ],
+        "darshan_rank": [{"log": "a", "time": start, "rank": 4, "bytes_read": 8.0}],
+    }
+
+
+def test_heatmaps_and_ranks_are_read_when_asked_for_and_can_be_replaced() -> None:
+    data = darshan_from_rows(_job_rows())
+    assert data is not None
+    (heatmap,) = data.heatmaps
+    assert heatmap.module == "POSIX" and heatmap.width == 1.0
+    np.testing.assert_array_equal(heatmap.read_bytes, [0.0, 5.0])
+    assert data.heatmaps is data.heatmaps  # made once
+    assert data.ranks == {4: (8.0, 0.0, 0.0)}
+    # the report puts the database's heatmaps on the data from a log that has none
+    other = HeatmapSeries("STDIO", 1.0, 2.0, np.zeros(1), np.zeros(1))
+    data.heatmaps = [other]
+    assert data.heatmaps == [other]
+
+
+@pytest.mark.parametrize("measurement", ["darshan_heatmap", "darshan_rank"])
+def test_without_heatmap_or_rank_rows_there_are_none(measurement: str) -> None:
+    rows = _job_rows()
+    del rows[measurement]
+    data = darshan_from_rows(rows)
+    assert data is not None
+    assert (data.heatmaps if measurement == "darshan_heatmap" else data.ranks) in ([], {})
