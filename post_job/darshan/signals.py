@@ -335,10 +335,16 @@ def inconsistencies(table: ModuleTable, layout: Layout) -> str:
         bad = int(((moved.values > 0) & (ops.values == 0)).sum())
         if bad:
             found.append(f"{direction}_bytes_without_{direction}s:{bad}")
-    for name in (*layout.reads, *layout.writes, layout.bytes_read, layout.bytes_written):
-        column = table.column(name) if name else None
-        if column is not None and (column < -1).any():
-            found.append(f"{name.lower()}_below_-1:{int((column < -1).sum())}")
+    names = (*layout.reads, *layout.writes, layout.bytes_read, layout.bytes_written)
+    present = [(name, table.column(name)) for name in names if name]
+    present = [(name, column) for name, column in present if column is not None]
+    if present:  # the counters compared at once: one matrix
+        below = (np.array([column for _, column in present]) < -1).sum(axis=1).tolist()
+        found.extend(
+            f"{name.lower()}_below_-1:{count}"
+            for (name, _), count in zip(present, below, strict=True)
+            if count
+        )
     return ",".join(found)
 
 
@@ -364,12 +370,14 @@ def _canonical(table: ModuleTable) -> ModuleTable:
     )
 
 
-# ---------------------------------------------------------------- column helpers
+# ---------------------------------------------------------------- formula inputs
 
 
 class _Input:
     """A (possibly summed) counter column, where it was not monitored (-1), and where a timer
     in it holds garbage (negative, not finite, absurdly large)."""
+
+    __slots__ = ("values", "unmonitored", "invalid")
 
     def __init__(
         self, values: np.ndarray, unmonitored: np.ndarray, invalid: np.ndarray | None = None
@@ -377,14 +385,6 @@ class _Input:
         self.values = values
         self.unmonitored = unmonitored
         self.invalid = np.zeros(len(values), dtype=bool) if invalid is None else invalid
-        self._flags: tuple[bool, bool] | None = None
-
-    @property
-    def flags(self) -> tuple[bool, bool]:
-        """(any row not monitored, any row invalid), once: most inputs have neither."""
-        if self._flags is None:
-            self._flags = (bool(self.unmonitored.any()), bool(self.invalid.any()))
-        return self._flags
 
 
 def is_timer(name: str) -> bool:
@@ -399,19 +399,8 @@ def invalid_timer(column: np.ndarray) -> np.ndarray:
         return ~np.isfinite(column) | ((column < 0) & (column != -1)) | (column > MAX_TIMER_SECONDS)
 
 
-def _get(table: ModuleTable, names: tuple[str, ...] | str | None) -> _Input | None:
-    """Sum of the named counters per row; None if any is missing from this log."""
-    if names is None or names == ():
-        return None
-    if isinstance(names, str):
-        names = (names,)
-    cache = table.__dict__.setdefault("_inputs", {})  # the formulas share many inputs
-    if names not in cache:
-        cache[names] = _sum_columns(table, names)
-    return cache[names]
-
-
 def _sum_columns(table: ModuleTable, names: tuple[str, ...]) -> _Input | None:
+    """Sum of the named counters per row (garbage timers as 0); None if the log lacks one."""
     columns = [table.column(name) for name in names]
     if any(column is None for column in columns):
         return None
@@ -430,38 +419,271 @@ def _sum_columns(table: ModuleTable, names: tuple[str, ...]) -> _Input | None:
     return _Input(total, unmonitored, invalid)
 
 
+def _names(name: str | None) -> tuple[str, ...]:
+    """A layout's counter as a formula input (() = the module lacks it)."""
+    return () if name is None else (name,)
+
+
+def _posix(*names: str) -> tuple[str, ...]:
+    return tuple(f"POSIX_{name}" for name in names)
+
+
+# A ratio signal: (name, counters summed for the numerator, for the denominator, NA reason
+# when the denominator is <= 0, scale of the numerator).
+_Ratio = tuple[str, tuple[str, ...], tuple[str, ...], str, float]
+_POSIX_READS, _POSIX_WRITES = _posix("READS"), _posix("WRITES")
+_POSIX_IO = _posix("READS", "WRITES")
+_POSIX_META_OPS = _posix("OPENS", "STATS", "SEEKS", "FSYNCS", "FDSYNCS")
+_POSIX_RATIOS: tuple[_Ratio, ...] = (
+    ("seq_read_ratio", _posix("SEQ_READS"), _POSIX_READS, "no_reads", 1.0),
+    ("seq_write_ratio", _posix("SEQ_WRITES"), _POSIX_WRITES, "no_writes", 1.0),
+    ("consec_read_ratio", _posix("CONSEC_READS"), _POSIX_READS, "no_reads", 1.0),
+    ("consec_write_ratio", _posix("CONSEC_WRITES"), _POSIX_WRITES, "no_writes", 1.0),
+    ("seq_ratio", _posix("SEQ_READS", "SEQ_WRITES"), _POSIX_IO, "no_io", 1.0),
+    ("consec_ratio", _posix("CONSEC_READS", "CONSEC_WRITES"), _POSIX_IO, "no_io", 1.0),
+    ("meta_intensity", _POSIX_META_OPS, _POSIX_IO, "no_io", 1.0),
+    (
+        "meta_fraction",
+        _posix("F_META_TIME"),
+        _posix("F_READ_TIME", "F_WRITE_TIME", "F_META_TIME"),
+        "no_time",
+        1.0,
+    ),
+    ("unaligned_read_ratio", _posix("FILE_NOT_ALIGNED"), _POSIX_READS, "no_reads", 1.0),
+    ("unaligned_write_ratio", _posix("FILE_NOT_ALIGNED"), _POSIX_WRITES, "no_writes", 1.0),
+    (
+        "small_read_ratio",
+        _posix(*(f"SIZE_READ_{size}" for size in _SMALL_BINS)),
+        _POSIX_READS,
+        "no_reads",
+        1.0,
+    ),
+    (
+        "small_write_ratio",
+        _posix(*(f"SIZE_WRITE_{size}" for size in _SMALL_BINS)),
+        _POSIX_WRITES,
+        "no_writes",
+        1.0,
+    ),
+    # then kept for shared files only (_shared_only)
+    (
+        "rank_imbalance_ratio",
+        _posix("SLOWEST_RANK_BYTES"),
+        _posix("FASTEST_RANK_BYTES"),
+        "no_fastest_bytes",
+        1.0,
+    ),
+)
+
+
+@functools.cache
+def _ratio_formulas(module: str) -> tuple[_Ratio, ...]:
+    """The record signals of a module that are ratios of counter sums."""
+    layout = LAYOUTS[module]
+    bytes_read, bytes_written = _names(layout.bytes_read), _names(layout.bytes_written)
+    read_time, write_time = _names(layout.read_time), _names(layout.write_time)
+    reads, writes = layout.reads, layout.writes
+    formulas: tuple[_Ratio, ...] = (
+        ("read_bw", bytes_read, read_time, "no_read_time", 1 / MIB),
+        ("write_bw", bytes_written, write_time, "no_write_time", 1 / MIB),
+        ("read_iops", reads, read_time, "no_read_time", 1.0),
+        ("write_iops", writes, write_time, "no_write_time", 1.0),
+        ("avg_read_size", bytes_read, reads, "no_reads", 1.0),
+        ("avg_write_size", bytes_written, writes, "no_writes", 1.0),
+    )
+    return formulas + _POSIX_RATIOS if module == "POSIX" else formulas
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How ``_Inputs`` computes the inputs of a module's formulas, for one set of counter
+    names: first the inputs made of integer counters, then those made of timers (each kind
+    summed together, the inputs of as many counters as one block), then any other (no reader
+    makes one) by ``_sum_columns``; and which of them the ratios divide."""
+
+    integers: tuple[tuple[str, ...], ...]  # by number of counters
+    timers: tuple[tuple[str, ...], ...]  # by number of counters
+    others: tuple[tuple[str, ...], ...]
+    row: dict[tuple[str, ...], int]  # input -> its row in _Inputs' matrices
+    ratios: tuple[str, ...]  # the ratio signals whose inputs the log has
+    numerators: np.ndarray  # rows of their inputs
+    denominators: np.ndarray
+    scales: np.ndarray  # ratios x 1
+    zero_codes: np.ndarray  # ratios x 1, uint8
+    missing: tuple[str, ...]  # the ratio signals whose inputs the log lacks
+
+
+@functools.lru_cache(maxsize=64)
+def _plan(module: str, counters: tuple[str, ...], fcounters: tuple[str, ...]) -> _Plan:
+    ints, floats = set(counters), set(fcounters) - set(counters)  # table.column's order
+    formulas = _ratio_formulas(module)
+    wanted = [
+        names for _, numerator, denominator, *_ in formulas for names in (numerator, denominator)
+    ]
+    wanted.append(_names(LAYOUTS[module].meta_time))  # for the records' I/O time
+    integers, timers, others = [], [], []
+    for names in dict.fromkeys(names for names in wanted if names):
+        if all(name in ints and not is_timer(name) for name in names):
+            integers.append(names)
+        elif all(name in floats and is_timer(name) for name in names):
+            timers.append(names)
+        elif all(name in ints or name in floats for name in names):
+            others.append(names)
+    integers.sort(key=len)
+    timers.sort(key=len)
+    row = {names: i for i, names in enumerate([*integers, *timers, *others])}
+    ratios = [formula for formula in formulas if formula[1] in row and formula[2] in row]
+    return _Plan(
+        integers=tuple(integers),
+        timers=tuple(timers),
+        others=tuple(others),
+        row=row,
+        ratios=tuple(signal for signal, *_ in ratios),
+        numerators=np.array([row[numerator] for _, numerator, *_ in ratios], dtype=np.intp),
+        denominators=np.array(
+            [row[denominator] for _, _, denominator, *_ in ratios], dtype=np.intp
+        ),
+        scales=np.array([scale for *_, scale in ratios], dtype=np.float64).reshape(-1, 1),
+        zero_codes=np.array([_CODE[reason] for *_, reason, _ in ratios], dtype=np.uint8).reshape(
+            -1, 1
+        ),
+        missing=tuple(formula[0] for formula in formulas if formula not in ratios),
+    )
+
+
+def _by_size(matrix: np.ndarray, inputs: tuple[tuple[str, ...], ...]) -> list[np.ndarray]:
+    """``matrix`` (the inputs' counters, input after input, the inputs by number of
+    counters) as one block per number of counters: inputs x counters x records."""
+    blocks = []
+    sizes = [len(names) for names in inputs]
+    start = 0
+    for size in dict.fromkeys(sizes):
+        end = start + size * sizes.count(size)
+        blocks.append(matrix[start:end].reshape(-1, size, matrix.shape[1]))
+        start = end
+    return blocks
+
+
+def _sum_in_turn(block: np.ndarray) -> np.ndarray:
+    """Sum over the counters (axis 1) from 0, one counter after the other, as
+    ``_sum_columns`` adds them (a float sum depends on the order)."""
+    total = np.zeros((block.shape[0], block.shape[2]), dtype=block.dtype)
+    for counter in range(block.shape[1]):
+        total = total + block[:, counter]
+    return total
+
+
+class _Inputs:
+    """The inputs of one module table's formulas (sums of counters per record), computed
+    together: the same sums as ``_sum_columns``, in a few whole-matrix operations (on the 1-10
+    records of most modules a numpy call costs more than its arithmetic, and a module has some
+    20 inputs); ``values``/``unmonitored``/``invalid`` hold them all, one row each."""
+
+    def __init__(self, table: ModuleTable) -> None:
+        self.table = table
+        self.plan = plan = _plan(table.module, tuple(table.counters), tuple(table.fcounters))
+        rows = len(table)
+        ints = np.array(
+            [table.counters[name] for names in plan.integers for name in names], dtype=np.int64
+        ).reshape(-1, rows)
+        timers = np.array(
+            [table.fcounters[name] for names in plan.timers for name in names], dtype=np.float64
+        ).reshape(-1, rows)
+        garbage = invalid_timer(timers)
+        clean_timers = np.where(garbage, 0.0, timers)
+        others = [_sum_columns(table, names) for names in plan.others]
+        none = np.zeros((0, rows), dtype=bool)
+        # each kind's sums as Darshan counts them: integers stay integers
+        self.integers = np.concatenate(
+            [*(block.sum(axis=1) for block in _by_size(ints, plan.integers)), none], dtype=np.int64
+        )
+        self.timers = np.concatenate(
+            [*(_sum_in_turn(block) for block in _by_size(clean_timers, plan.timers)), none],
+            dtype=np.float64,
+        )
+        self.others = [item.values for item in others]  # type: ignore[union-attr]
+        self.values = np.concatenate(
+            [self.integers, self.timers, *(values[None] for values in self.others), none],
+            dtype=np.float64,
+        )
+        self.unmonitored = np.concatenate(
+            [
+                *(block.any(axis=1) for block in _by_size(ints == -1, plan.integers)),
+                *(block.any(axis=1) for block in _by_size(timers == -1, plan.timers)),
+                *(item.unmonitored[None] for item in others),  # type: ignore[union-attr]
+                none,
+            ]
+        )
+        self.invalid = np.concatenate(
+            [
+                np.zeros((len(plan.integers), rows), dtype=bool),
+                *(block.any(axis=1) for block in _by_size(garbage, plan.timers)),
+                *(item.invalid[None] for item in others),  # type: ignore[union-attr]
+            ]
+        )
+        self.found: dict[tuple[str, ...], _Input | None] = {}
+
+    def get(self, names: tuple[str, ...]) -> _Input | None:
+        """Sum of the named counters per row; None if any is missing from this log."""
+        if names not in self.found:
+            row = self.plan.row.get(names)
+            if row is None:  # not an input of the ratios
+                self.found[names] = _sum_columns(self.table, names)
+            else:
+                self.found[names] = _Input(
+                    self._typed(row), self.unmonitored[row], self.invalid[row]
+                )
+        return self.found[names]
+
+    def _typed(self, row: int) -> np.ndarray:
+        if row < len(self.integers):
+            return self.integers[row]
+        row -= len(self.integers)
+        return self.timers[row] if row < len(self.timers) else self.others[row - len(self.timers)]
+
+
+def _get(table: ModuleTable, names: tuple[str, ...] | str | None) -> _Input | None:
+    """Sum of the named counters per row; None if any is missing from this log."""
+    if names is None or names == ():
+        return None
+    return _inputs(table).get((names,) if isinstance(names, str) else names)
+
+
+def _inputs(table: ModuleTable) -> _Inputs:
+    inputs = table.__dict__.get("_inputs")
+    if inputs is None:
+        inputs = table.__dict__["_inputs"] = _Inputs(table)
+    return inputs
+
+
 def _not_available(rows: int, integer: bool = False) -> SignalColumn:
     dtype = np.int64 if integer else np.float64
     codes = np.full(rows, _CODE["not_available"], np.uint8)
     return SignalColumn(np.zeros(rows, dtype=dtype), codes)
 
 
-def _ratio(
-    numerator: _Input | None,
-    denominator: _Input | None,
-    zero_reason: str,
-    scale: float = 1.0,
-    rows: int = 0,
-) -> SignalColumn:
-    """numerator * scale / denominator with NA(not_available|not_monitored|zero_reason)."""
-    if numerator is None or denominator is None:
-        return _not_available(rows)
-    num = numerator.values.astype(np.float64, copy=False)
-    if scale != 1.0:
-        num = num * scale
-    den = denominator.values.astype(np.float64, copy=False)
-    positive = den > 0
-    values = np.divide(num, den, out=np.zeros_like(num), where=positive)
-    codes = np.where(positive, 0, _CODE[zero_reason]).astype(np.uint8)
-    (num_unmonitored, num_invalid), (den_unmonitored, den_invalid) = (
-        numerator.flags,
-        denominator.flags,
-    )
-    if num_invalid or den_invalid:
-        codes[numerator.invalid | denominator.invalid] = _CODE["invalid_time"]
-    if num_unmonitored or den_unmonitored:
-        codes[numerator.unmonitored | denominator.unmonitored] = _CODE["not_monitored"]
-    return SignalColumn(values, codes)
+def _ratios(table: ModuleTable) -> dict[str, SignalColumn]:
+    """The module's ratio signals: numerator * scale / denominator, with NA(not_available |
+    not_monitored | invalid_time | its zero reason), all of them as one matrix, a row each."""
+    inputs = _inputs(table)
+    plan = inputs.plan
+    out: dict[str, SignalColumn] = {}
+    if plan.missing:
+        out.update(dict.fromkeys(plan.missing, _not_available(len(table))))  # read only
+    if plan.ratios:
+        num = inputs.values[plan.numerators] * plan.scales
+        den = inputs.values[plan.denominators]
+        positive = den > 0
+        values = np.divide(num, den, out=np.zeros_like(num), where=positive)
+        codes = np.where(positive, np.uint8(0), plan.zero_codes)
+        for masks, code in (
+            (inputs.invalid, "invalid_time"),
+            (inputs.unmonitored, "not_monitored"),
+        ):
+            if masks.any():
+                codes[masks[plan.numerators] | masks[plan.denominators]] = _CODE[code]
+        out.update(zip(plan.ratios, map(SignalColumn, values, codes), strict=True))
+    return out
 
 
 def _plus(*inputs: _Input | None) -> _Input | None:
@@ -479,19 +701,13 @@ def _plus(*inputs: _Input | None) -> _Input | None:
 
 def _record_signals(table: ModuleTable, layout: Layout) -> RecordSignals:
     rows = len(table)
-    reads, writes = _get(table, layout.reads), _get(table, layout.writes)
+    computed = _ratios(table)
+    names = RECORD_SIGNALS
+    if table.module == "POSIX":
+        computed.update(_posix_signals(table, computed["rank_imbalance_ratio"]))
+        names += POSIX_SIGNALS
     bytes_read, bytes_written = _get(table, layout.bytes_read), _get(table, layout.bytes_written)
     read_time, write_time = _get(table, layout.read_time), _get(table, layout.write_time)
-    columns = {
-        "read_bw": _ratio(bytes_read, read_time, "no_read_time", 1 / MIB, rows),
-        "write_bw": _ratio(bytes_written, write_time, "no_write_time", 1 / MIB, rows),
-        "read_iops": _ratio(reads, read_time, "no_read_time", rows=rows),
-        "write_iops": _ratio(writes, write_time, "no_write_time", rows=rows),
-        "avg_read_size": _ratio(bytes_read, reads, "no_reads", rows=rows),
-        "avg_write_size": _ratio(bytes_written, writes, "no_writes", rows=rows),
-    }
-    if table.module == "POSIX":
-        columns.update(_posix_signals(table))
     zeros = np.zeros(rows)
     io_time = sum(
         (np.clip(item.values, 0, None) if item is not None else zeros)
@@ -501,7 +717,7 @@ def _record_signals(table: ModuleTable, layout: Layout) -> RecordSignals:
         module=table.module,
         record_ids=table.record_ids,
         ranks=table.ranks,
-        columns=columns,
+        columns={name: computed[name] for name in names},
         bytes_read=np.clip(bytes_read.values, 0, None) if bytes_read else np.zeros(rows, np.int64),
         bytes_written=(
             np.clip(bytes_written.values, 0, None) if bytes_written else np.zeros(rows, np.int64)
@@ -510,49 +726,26 @@ def _record_signals(table: ModuleTable, layout: Layout) -> RecordSignals:
     )
 
 
-def _posix_signals(table: ModuleTable) -> dict[str, SignalColumn]:
+def _posix_signals(table: ModuleTable, imbalance: SignalColumn) -> dict[str, SignalColumn]:
+    """The POSIX record signals that are not plain ratios; ``imbalance`` is the ratio of the
+    slowest rank's bytes to the fastest's."""
     rows = len(table)
 
     def get(*names: str) -> _Input | None:
-        return _get(table, tuple(f"POSIX_{name}" for name in names))
+        return _get(table, _posix(*names))
 
-    reads, writes = get("READS"), get("WRITES")
-    io_ops = _plus(reads, writes)
-    seq_reads, seq_writes = get("SEQ_READS"), get("SEQ_WRITES")
-    consec_reads, consec_writes = get("CONSEC_READS"), get("CONSEC_WRITES")
-    meta_ops = get("OPENS", "STATS", "SEEKS", "FSYNCS", "FDSYNCS")
-    total_time = get("F_READ_TIME", "F_WRITE_TIME", "F_META_TIME")
-    not_aligned = get("FILE_NOT_ALIGNED")
-    bytes_read, bytes_written = get("BYTES_READ"), get("BYTES_WRITTEN")
-    out = {
-        "seq_read_ratio": _ratio(seq_reads, reads, "no_reads", rows=rows),
-        "seq_write_ratio": _ratio(seq_writes, writes, "no_writes", rows=rows),
-        "consec_read_ratio": _ratio(consec_reads, reads, "no_reads", rows=rows),
-        "consec_write_ratio": _ratio(consec_writes, writes, "no_writes", rows=rows),
-        "seq_ratio": _ratio(_plus(seq_reads, seq_writes), io_ops, "no_io", rows=rows),
-        "consec_ratio": _ratio(_plus(consec_reads, consec_writes), io_ops, "no_io", rows=rows),
-    }
+    out = {}
+    meta_ops = _get(table, _POSIX_META_OPS)
     if meta_ops is None:
         out["meta_ops"] = _not_available(rows, integer=True)
     else:
         codes = np.where(meta_ops.unmonitored, _CODE["not_monitored"], 0).astype(np.uint8)
         out["meta_ops"] = SignalColumn(meta_ops.values.astype(np.int64), codes)
-    out["meta_intensity"] = _ratio(meta_ops, io_ops, "no_io", rows=rows)
-    out["meta_fraction"] = _ratio(get("F_META_TIME"), total_time, "no_time", rows=rows)
-    out["unaligned_read_ratio"] = _ratio(not_aligned, reads, "no_reads", rows=rows)
-    out["unaligned_write_ratio"] = _ratio(not_aligned, writes, "no_writes", rows=rows)
-    small_reads = get(*(f"SIZE_READ_{size}" for size in _SMALL_BINS))
-    small_writes = get(*(f"SIZE_WRITE_{size}" for size in _SMALL_BINS))
-    out["small_read_ratio"] = _ratio(small_reads, reads, "no_reads", rows=rows)
-    out["small_write_ratio"] = _ratio(small_writes, writes, "no_writes", rows=rows)
+    bytes_read, bytes_written = get("BYTES_READ"), get("BYTES_WRITTEN")
     out["reuse_proxy"] = _reuse_proxy(table, bytes_read, bytes_written, rows)
     shared = table.ranks == -1
     moved = _plus(bytes_read, bytes_written)
-    out["rank_imbalance_ratio"] = _shared_only(
-        _ratio(get("SLOWEST_RANK_BYTES"), get("FASTEST_RANK_BYTES"), "no_fastest_bytes", rows=rows),
-        shared,
-        moved,
-    )
+    out["rank_imbalance_ratio"] = _shared_only(imbalance, shared, moved)
     variance = get("F_VARIANCE_RANK_BYTES")
     variance_column = (
         _not_available(rows)
@@ -606,19 +799,15 @@ def _module_signals(table: ModuleTable, layout: Layout) -> tuple[dict[str, Value
     A module sum with a -1 (not monitored) in any record is NA(not_monitored), as a record
     signal is; the job totals (``sums``) add the monitored values only.
     """
-    sums: dict[str, int] = {}
-
-    def total(key: str, names) -> int | NA:
-        found = _get(table, names)
-        if found is None:
-            sums[key] = 0
-            return NA("not_available")
-        sums[key] = int(np.clip(found.values, 0, None).sum())
-        return NA("not_monitored") if found.unmonitored.any() else sums[key]
-
-    reads, writes = total("total_reads", layout.reads), total("total_writes", layout.writes)
-    bytes_read = total("total_bytes_read", layout.bytes_read)
-    bytes_written = total("total_bytes_written", layout.bytes_written)
+    names = {
+        "total_reads": layout.reads,
+        "total_writes": layout.writes,
+        "total_bytes_read": layout.bytes_read,
+        "total_bytes_written": layout.bytes_written,
+    }
+    sums, totals = _totals(table, names)
+    reads, writes = totals["total_reads"], totals["total_writes"]
+    bytes_read, bytes_written = totals["total_bytes_read"], totals["total_bytes_written"]
     agg_time = _agg_time_by_slowest(table, layout)
     values: dict[str, Value] = {}
     values["read_bw"] = _scalar_ratio(bytes_read, agg_time, "no_time", 1 / MIB)
@@ -635,6 +824,32 @@ def _module_signals(table: ModuleTable, layout: Layout) -> tuple[dict[str, Value
     values["total_reads"] = reads
     values["total_writes"] = writes
     return values, sums
+
+
+def _totals(
+    table: ModuleTable, names: dict[str, tuple[str, ...] | str | None]
+) -> tuple[dict[str, int], dict[str, int | NA]]:
+    """Each input summed over the records, clipped at 0 (the job totals' share), and as a
+    module signal: NA(not_available) when the log lacks a counter, NA(not_monitored) when
+    a record has -1."""
+    found = {key: _get(table, counters) for key, counters in names.items()}
+    present = {key: item for key, item in found.items() if item is not None}
+    if present and all(item.values.dtype.kind == "i" for item in present.values()):  # at once
+        clipped = np.clip(np.array([item.values for item in present.values()]), 0, None)
+        sums = dict(zip(present, clipped.sum(axis=1).tolist(), strict=True))
+        any_unmonitored = np.array([item.unmonitored for item in present.values()]).any(axis=1)
+        unmonitored = dict(zip(present, any_unmonitored.tolist(), strict=True))
+    else:
+        sums = {key: int(np.clip(item.values, 0, None).sum()) for key, item in present.items()}
+        unmonitored = {key: bool(item.unmonitored.any()) for key, item in present.items()}
+    totals: dict[str, int | NA] = {}
+    for key in names:
+        if key not in present:
+            sums[key] = 0
+            totals[key] = NA("not_available")
+        else:
+            totals[key] = NA("not_monitored") if unmonitored[key] else sums[key]
+    return sums, totals
 
 
 def _first_na(*values: Value) -> NA | None:
@@ -660,10 +875,10 @@ def _agg_time_by_slowest(table: ModuleTable, layout: Layout) -> float | NA:
         return NA("not_available")
     shared = table.ranks < 0
     slowest = table.column(layout.slowest_rank_time) if layout.slowest_rank_time else None
-    used = [*timers, slowest[shared]] if slowest is not None else timers
-    if any((column == -1).any() for column in used):
+    used = np.concatenate([*timers, slowest[shared]] if slowest is not None else timers)
+    if (used == -1).any():
         return NA("not_monitored")
-    if any(invalid_timer(column).any() for column in used):
+    if invalid_timer(used).any():
         return NA("invalid_time")
     per_record = np.zeros(len(table))
     for timer in timers:
@@ -692,12 +907,6 @@ def _scalar_ratio(numerator: Value, denominator: Value, zero_reason: str, scale=
 
 
 # ---------------------------------------------------------------- HEATMAP
-
-
-def heatmap_values(read_bins: np.ndarray, write_bins: np.ndarray, width: float) -> dict[str, Value]:
-    """The spec's 10 HEATMAP signals for one series of bins (bins hold bytes)."""
-    columns = heatmap_columns(np.atleast_2d(read_bins), np.atleast_2d(write_bins), width)
-    return {name: column.get(0) for name, column in columns.items()}
 
 
 def heatmap_columns(reads: np.ndarray, writes: np.ndarray, width: float) -> dict[str, SignalColumn]:
@@ -756,7 +965,7 @@ def _entropy_norm(bins: np.ndarray, totals: np.ndarray, nbins: int) -> np.ndarra
 def _heatmap_signals(log: DarshanLog, problems: list[str]):
     """Per-rank signals, and job signals on each submodule's bins summed over ranks."""
     groups_out: list[HeatmapRankSignals] = []
-    totals: list[HeatmapSignals] = []
+    job_series = []  # (submodule, record id, bin width, read bins, write bins) per submodule
     by_submodule: dict[str, list[HeatmapRecord]] = {}
     for record in sorted(log.heatmaps, key=lambda r: (r.submodule, r.rank)):
         by_submodule.setdefault(record.submodule, []).append(record)
@@ -781,15 +990,25 @@ def _heatmap_signals(log: DarshanLog, problems: list[str]):
                 f"{log.source}: HEATMAP {submodule} ranks disagree on the bin width "
                 f"{widths}; the job series uses {width}"
             )
-        totals.append(
-            HeatmapSignals(
-                submodule,
-                -1,
-                records[0].record_id,
-                width,
-                read_sum,
-                write_sum,
-                heatmap_values(read_sum, write_sum, width),
-            )
-        )
-    return groups_out, totals
+        job_series.append((submodule, records[0].record_id, width, read_sum, write_sum))
+    return groups_out, _job_heatmaps(job_series)
+
+
+def _job_heatmaps(series: list[tuple[str, int, float, np.ndarray, np.ndarray]]):
+    """The job signals of each submodule's series, the series of one bin layout (nearly
+    always all of them) as one matrix."""
+    layouts: dict[tuple[int, str], list[int]] = {}
+    for i, (_, _, width, reads, _) in enumerate(series):
+        layouts.setdefault((len(reads), repr(width)), []).append(i)  # repr: 0.0 is not -0.0
+    values: dict[int, dict[str, Value]] = {}
+    for members in layouts.values():
+        width = series[members[0]][2]
+        reads = np.array([series[i][3] for i in members]).reshape(len(members), -1)
+        writes = np.array([series[i][4] for i in members]).reshape(len(members), -1)
+        columns = heatmap_columns(reads, writes, width)
+        for row, i in enumerate(members):
+            values[i] = {name: column.get(row) for name, column in columns.items()}
+    return [
+        HeatmapSignals(submodule, -1, record_id, width, reads, writes, values[i])
+        for i, (submodule, record_id, width, reads, writes) in enumerate(series)
+    ]
