@@ -300,8 +300,9 @@ def compute_signals(log: DarshanLog) -> LogSignals:
     totals = dict.fromkeys(JOB_SIGNALS, 0)
     for name, table in tables.items():
         layout = LAYOUTS[name]
-        module_values, sums = _module_signals(table, layout)
-        inconsistent = inconsistencies(table, layout)
+        inputs = _Inputs(table)
+        module_values, sums = _module_signals(inputs, layout)
+        inconsistent = inconsistencies(inputs, layout)
         result.modules.append(
             ModuleSignals(name, len(table), table.partial, module_values, inconsistent)
         )
@@ -311,7 +312,7 @@ def compute_signals(log: DarshanLog) -> LogSignals:
                 f"{log.source}: module {name} has inconsistent counters: {inconsistent}"
                 f"{counted_note}; its module point has inconsistent=..."
             )
-        result.records.append(_record_signals(table, layout))
+        result.records.append(_record_signals(inputs, layout))
         if name in counted:
             for key in JOB_SIGNALS:
                 totals[key] += sums[key]
@@ -320,7 +321,7 @@ def compute_signals(log: DarshanLog) -> LogSignals:
     return result
 
 
-def inconsistencies(table: ModuleTable, layout: Layout) -> str:
+def inconsistencies(inputs: _Inputs, layout: Layout) -> str:
     """What contradicts itself in a module's counters, as ``check:records,...`` ("" when
     nothing): bytes moved with no operation counted, or a count below -1 (garbage)."""
     found = []
@@ -329,14 +330,14 @@ def inconsistencies(table: ModuleTable, layout: Layout) -> str:
         ("write", layout.bytes_written, layout.writes),
     )
     for direction, bytes_name, op_names in pairs:
-        moved, ops = _get(table, bytes_name), _get(table, op_names)
+        moved, ops = inputs.get(bytes_name), inputs.get(op_names)
         if moved is None or ops is None:
             continue
         bad = int(((moved.values > 0) & (ops.values == 0)).sum())
         if bad:
             found.append(f"{direction}_bytes_without_{direction}s:{bad}")
     names = (*layout.reads, *layout.writes, layout.bytes_read, layout.bytes_written)
-    present = [(name, table.column(name)) for name in names if name]
+    present = [(name, inputs.table.column(name)) for name in names if name]
     present = [(name, column) for name, column in present if column is not None]
     if present:  # the counters compared at once: one matrix
         below = (np.array([column for _, column in present]) < -1).sum(axis=1).tolist()
@@ -494,17 +495,19 @@ def _ratio_formulas(module: str) -> tuple[_Ratio, ...]:
     return formulas + _POSIX_RATIOS if module == "POSIX" else formulas
 
 
+_Run = tuple[str, tuple[tuple[str, ...], ...]]  # (kind, inputs of as many counters each)
+
+
 @dataclass(frozen=True)
 class _Plan:
     """How ``_Inputs`` computes the inputs of a module's formulas, for one set of counter
-    names: first the inputs made of integer counters, then those made of timers (each kind
-    summed together, the inputs of as many counters as one block), then any other (no reader
-    makes one) by ``_sum_columns``; and which of them the ratios divide."""
+    names: in runs of inputs of one kind and as many counters each, one matrix per run.
+    Kinds: "integers" (integer counters), "timers", "other" (one input; no reader makes
+    one: a sum of integer and float counters)."""
 
-    integers: tuple[tuple[str, ...], ...]  # by number of counters
-    timers: tuple[tuple[str, ...], ...]  # by number of counters
-    others: tuple[tuple[str, ...], ...]
-    row: dict[tuple[str, ...], int]  # input -> its row in _Inputs' matrices
+    runs: tuple[_Run, ...]
+    place: dict[tuple[str, ...], tuple[int, int]]  # input -> (run, index in the run)
+    row: dict[tuple[str, ...], int]  # input -> its row in the matrices of all inputs
     ratios: tuple[str, ...]  # the ratio signals whose inputs the log has
     numerators: np.ndarray  # rows of their inputs
     denominators: np.ndarray
@@ -521,22 +524,23 @@ def _plan(module: str, counters: tuple[str, ...], fcounters: tuple[str, ...]) ->
         names for _, numerator, denominator, *_ in formulas for names in (numerator, denominator)
     ]
     wanted.append(_names(LAYOUTS[module].meta_time))  # for the records' I/O time
-    integers, timers, others = [], [], []
-    for names in dict.fromkeys(names for names in wanted if names):
+    kinds: dict[tuple[str, int], list[tuple[str, ...]]] = {}
+    for names in sorted(dict.fromkeys(names for names in wanted if names), key=len):
         if all(name in ints and not is_timer(name) for name in names):
-            integers.append(names)
+            kinds.setdefault(("integers", len(names)), []).append(names)
         elif all(name in floats and is_timer(name) for name in names):
-            timers.append(names)
+            kinds.setdefault(("timers", len(names)), []).append(names)
         elif all(name in ints or name in floats for name in names):
-            others.append(names)
-    integers.sort(key=len)
-    timers.sort(key=len)
-    row = {names: i for i, names in enumerate([*integers, *timers, *others])}
+            kinds[("other", len(kinds))] = [names]
+    runs = tuple((kind, tuple(inputs)) for (kind, _), inputs in kinds.items())
+    place = {
+        names: (run, i) for run, (_, inputs) in enumerate(runs) for i, names in enumerate(inputs)
+    }
+    row = {names: i for i, names in enumerate(place)}
     ratios = [formula for formula in formulas if formula[1] in row and formula[2] in row]
     return _Plan(
-        integers=tuple(integers),
-        timers=tuple(timers),
-        others=tuple(others),
+        runs=runs,
+        place=place,
         row=row,
         ratios=tuple(signal for signal, *_ in ratios),
         numerators=np.array([row[numerator] for _, numerator, *_ in ratios], dtype=np.intp),
@@ -551,19 +555,6 @@ def _plan(module: str, counters: tuple[str, ...], fcounters: tuple[str, ...]) ->
     )
 
 
-def _by_size(matrix: np.ndarray, inputs: tuple[tuple[str, ...], ...]) -> list[np.ndarray]:
-    """``matrix`` (the inputs' counters, input after input, the inputs by number of
-    counters) as one block per number of counters: inputs x counters x records."""
-    blocks = []
-    sizes = [len(names) for names in inputs]
-    start = 0
-    for size in dict.fromkeys(sizes):
-        end = start + size * sizes.count(size)
-        blocks.append(matrix[start:end].reshape(-1, size, matrix.shape[1]))
-        start = end
-    return blocks
-
-
 def _sum_in_turn(block: np.ndarray) -> np.ndarray:
     """Sum over the counters (axis 1) from 0, one counter after the other, as
     ``_sum_columns`` adds them (a float sum depends on the order)."""
@@ -573,87 +564,111 @@ def _sum_in_turn(block: np.ndarray) -> np.ndarray:
     return total
 
 
+# Records per piece of a table in whole-matrix operations: with more, the matrices of a module
+# with 100,000 records are far bigger than the CPU caches and the memory that the allocator
+# keeps, and the operations get slower than column by column.
+_PIECE = 8192
+
+
+def _pieces(table: ModuleTable) -> list[ModuleTable]:
+    """The table, or a big one's records in pieces of ``_PIECE`` (views)."""
+    if len(table) <= _PIECE:
+        return [table]
+    return [
+        ModuleTable(
+            table.module,
+            table.record_ids[part],
+            table.ranks[part],
+            {name: column[part] for name, column in table.counters.items()},
+            {name: column[part] for name, column in table.fcounters.items()},
+            table.partial,
+        )
+        for part in (slice(start, start + _PIECE) for start in range(0, len(table), _PIECE))
+    ]
+
+
+def _joined(pieces: list[np.ndarray]) -> np.ndarray:
+    """A row computed piece by piece, whole."""
+    return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+
+def _joined_rows(pieces: list[np.ndarray]) -> list[np.ndarray]:
+    """The rows of a matrix computed piece by piece (records along axis 1), one array each."""
+    if len(pieces) == 1:
+        return list(pieces[0])
+    return [np.concatenate(row) for row in zip(*pieces, strict=True)]
+
+
+class _Block:
+    """The formula inputs of (a piece of) a module table, one row each: ``values`` (floats,
+    for the ratios), ``unmonitored`` and ``invalid``; ``sums`` per run, as Darshan counts
+    them (integers stay integers)."""
+
+    def __init__(self, table: ModuleTable, plan: _Plan) -> None:
+        rows = len(table)
+        self.sums: list[np.ndarray] = []
+        unmonitored, invalid = [np.zeros((0, rows), dtype=bool)], [np.zeros((0, rows), bool)]
+        for kind, inputs in plan.runs:
+            if kind == "other":
+                found: _Input = _sum_columns(table, inputs[0])  # type: ignore[assignment]
+                sums = found.values[None]
+                missing, garbage = found.unmonitored[None], found.invalid[None]
+            elif kind == "integers":
+                counters = _run_block(table.counters, inputs, np.int64, rows)
+                sums = counters[:, 0] if counters.shape[1] == 1 else counters.sum(axis=1)
+                missing = (counters == -1).any(axis=1)
+                garbage = np.zeros((len(inputs), rows), dtype=bool)
+            else:
+                timers = _run_block(table.fcounters, inputs, np.float64, rows)
+                bad = invalid_timer(timers)
+                sums = _sum_in_turn(np.where(bad, 0.0, timers))
+                missing, garbage = (timers == -1).any(axis=1), bad.any(axis=1)
+            self.sums.append(sums)
+            unmonitored.append(missing)
+            invalid.append(garbage)
+        self.values = np.concatenate([*self.sums, np.zeros((0, rows))], dtype=np.float64)
+        self.unmonitored = np.concatenate(unmonitored)
+        self.invalid = np.concatenate(invalid)
+
+
+def _run_block(
+    columns: dict[str, np.ndarray], inputs: tuple[tuple[str, ...], ...], dtype, rows: int
+) -> np.ndarray:
+    """The counters of a run of inputs: inputs x counters x records."""
+    block = np.array([columns[name] for names in inputs for name in names], dtype=dtype)
+    return block.reshape(len(inputs), len(inputs[0]), rows)
+
+
 class _Inputs:
     """The inputs of one module table's formulas (sums of counters per record), computed
     together: the same sums as ``_sum_columns``, in a few whole-matrix operations (on the 1-10
     records of most modules a numpy call costs more than its arithmetic, and a module has some
-    20 inputs); ``values``/``unmonitored``/``invalid`` hold them all, one row each."""
+    20 inputs), for the table's pieces in turn."""
 
     def __init__(self, table: ModuleTable) -> None:
         self.table = table
-        self.plan = plan = _plan(table.module, tuple(table.counters), tuple(table.fcounters))
-        rows = len(table)
-        ints = np.array(
-            [table.counters[name] for names in plan.integers for name in names], dtype=np.int64
-        ).reshape(-1, rows)
-        timers = np.array(
-            [table.fcounters[name] for names in plan.timers for name in names], dtype=np.float64
-        ).reshape(-1, rows)
-        garbage = invalid_timer(timers)
-        clean_timers = np.where(garbage, 0.0, timers)
-        others = [_sum_columns(table, names) for names in plan.others]
-        none = np.zeros((0, rows), dtype=bool)
-        # each kind's sums as Darshan counts them: integers stay integers
-        self.integers = np.concatenate(
-            [*(block.sum(axis=1) for block in _by_size(ints, plan.integers)), none], dtype=np.int64
-        )
-        self.timers = np.concatenate(
-            [*(_sum_in_turn(block) for block in _by_size(clean_timers, plan.timers)), none],
-            dtype=np.float64,
-        )
-        self.others = [item.values for item in others]  # type: ignore[union-attr]
-        self.values = np.concatenate(
-            [self.integers, self.timers, *(values[None] for values in self.others), none],
-            dtype=np.float64,
-        )
-        self.unmonitored = np.concatenate(
-            [
-                *(block.any(axis=1) for block in _by_size(ints == -1, plan.integers)),
-                *(block.any(axis=1) for block in _by_size(timers == -1, plan.timers)),
-                *(item.unmonitored[None] for item in others),  # type: ignore[union-attr]
-                none,
-            ]
-        )
-        self.invalid = np.concatenate(
-            [
-                np.zeros((len(plan.integers), rows), dtype=bool),
-                *(block.any(axis=1) for block in _by_size(garbage, plan.timers)),
-                *(item.invalid[None] for item in others),  # type: ignore[union-attr]
-            ]
-        )
+        self.plan = _plan(table.module, tuple(table.counters), tuple(table.fcounters))
+        self.blocks = [_Block(piece, self.plan) for piece in _pieces(table)]
         self.found: dict[tuple[str, ...], _Input | None] = {}
 
-    def get(self, names: tuple[str, ...]) -> _Input | None:
+    def get(self, names: tuple[str, ...] | str | None) -> _Input | None:
         """Sum of the named counters per row; None if any is missing from this log."""
+        if names is None or names == ():
+            return None
+        if isinstance(names, str):
+            names = (names,)
         if names not in self.found:
-            row = self.plan.row.get(names)
-            if row is None:  # not an input of the ratios
+            place = self.plan.place.get(names)
+            if place is None:  # not an input of the ratios
                 self.found[names] = _sum_columns(self.table, names)
             else:
+                (run, i), row = place, self.plan.row[names]
                 self.found[names] = _Input(
-                    self._typed(row), self.unmonitored[row], self.invalid[row]
+                    _joined([block.sums[run][i] for block in self.blocks]),
+                    _joined([block.unmonitored[row] for block in self.blocks]),
+                    _joined([block.invalid[row] for block in self.blocks]),
                 )
         return self.found[names]
-
-    def _typed(self, row: int) -> np.ndarray:
-        if row < len(self.integers):
-            return self.integers[row]
-        row -= len(self.integers)
-        return self.timers[row] if row < len(self.timers) else self.others[row - len(self.timers)]
-
-
-def _get(table: ModuleTable, names: tuple[str, ...] | str | None) -> _Input | None:
-    """Sum of the named counters per row; None if any is missing from this log."""
-    if names is None or names == ():
-        return None
-    return _inputs(table).get((names,) if isinstance(names, str) else names)
-
-
-def _inputs(table: ModuleTable) -> _Inputs:
-    inputs = table.__dict__.get("_inputs")
-    if inputs is None:
-        inputs = table.__dict__["_inputs"] = _Inputs(table)
-    return inputs
 
 
 def _not_available(rows: int, integer: bool = False) -> SignalColumn:
@@ -662,28 +677,32 @@ def _not_available(rows: int, integer: bool = False) -> SignalColumn:
     return SignalColumn(np.zeros(rows, dtype=dtype), codes)
 
 
-def _ratios(table: ModuleTable) -> dict[str, SignalColumn]:
+def _ratios(inputs: _Inputs) -> dict[str, SignalColumn]:
     """The module's ratio signals: numerator * scale / denominator, with NA(not_available |
     not_monitored | invalid_time | its zero reason), all of them as one matrix, a row each."""
-    inputs = _inputs(table)
     plan = inputs.plan
     out: dict[str, SignalColumn] = {}
     if plan.missing:
-        out.update(dict.fromkeys(plan.missing, _not_available(len(table))))  # read only
+        out.update(dict.fromkeys(plan.missing, _not_available(len(inputs.table))))  # read only
     if plan.ratios:
-        num = inputs.values[plan.numerators] * plan.scales
-        den = inputs.values[plan.denominators]
-        positive = den > 0
-        values = np.divide(num, den, out=np.zeros_like(num), where=positive)
-        codes = np.where(positive, np.uint8(0), plan.zero_codes)
-        for masks, code in (
-            (inputs.invalid, "invalid_time"),
-            (inputs.unmonitored, "not_monitored"),
-        ):
-            if masks.any():
-                codes[masks[plan.numerators] | masks[plan.denominators]] = _CODE[code]
+        pieces = [_block_ratios(block, plan) for block in inputs.blocks]
+        values = _joined_rows([values for values, _ in pieces])
+        codes = _joined_rows([codes for _, codes in pieces])
         out.update(zip(plan.ratios, map(SignalColumn, values, codes), strict=True))
     return out
+
+
+def _block_ratios(block: _Block, plan: _Plan) -> tuple[np.ndarray, np.ndarray]:
+    """The ratios of (a piece of) a table: values and NA codes, a row each."""
+    num = block.values[plan.numerators] * plan.scales
+    den = block.values[plan.denominators]
+    positive = den > 0
+    values = np.divide(num, den, out=np.zeros_like(num), where=positive)
+    codes = np.where(positive, np.uint8(0), plan.zero_codes)
+    for masks, code in ((block.invalid, "invalid_time"), (block.unmonitored, "not_monitored")):
+        if masks.any():
+            codes[masks[plan.numerators] | masks[plan.denominators]] = _CODE[code]
+    return values, codes
 
 
 def _plus(*inputs: _Input | None) -> _Input | None:
@@ -699,20 +718,21 @@ def _plus(*inputs: _Input | None) -> _Input | None:
 # ---------------------------------------------------------------- record level
 
 
-def _record_signals(table: ModuleTable, layout: Layout) -> RecordSignals:
+def _record_signals(inputs: _Inputs, layout: Layout) -> RecordSignals:
+    table = inputs.table
     rows = len(table)
-    computed = _ratios(table)
+    computed = _ratios(inputs)
     names = RECORD_SIGNALS
     if table.module == "POSIX":
-        computed.update(_posix_signals(table, computed["rank_imbalance_ratio"]))
+        computed.update(_posix_signals(inputs, computed["rank_imbalance_ratio"]))
         names += POSIX_SIGNALS
-    bytes_read, bytes_written = _get(table, layout.bytes_read), _get(table, layout.bytes_written)
-    read_time, write_time = _get(table, layout.read_time), _get(table, layout.write_time)
+    bytes_read, bytes_written = inputs.get(layout.bytes_read), inputs.get(layout.bytes_written)
+    read_time, write_time = inputs.get(layout.read_time), inputs.get(layout.write_time)
     zeros = np.zeros(rows)
     io_time = sum(
         (np.clip(item.values, 0, None) if item is not None else zeros)
-        for item in (read_time, write_time, _get(table, layout.meta_time))
-    )  # garbage timers were read as 0 by _get
+        for item in (read_time, write_time, inputs.get(layout.meta_time))
+    )  # garbage timers were read as 0 by the inputs
     return RecordSignals(
         module=table.module,
         record_ids=table.record_ids,
@@ -726,16 +746,17 @@ def _record_signals(table: ModuleTable, layout: Layout) -> RecordSignals:
     )
 
 
-def _posix_signals(table: ModuleTable, imbalance: SignalColumn) -> dict[str, SignalColumn]:
+def _posix_signals(inputs: _Inputs, imbalance: SignalColumn) -> dict[str, SignalColumn]:
     """The POSIX record signals that are not plain ratios; ``imbalance`` is the ratio of the
     slowest rank's bytes to the fastest's."""
+    table = inputs.table
     rows = len(table)
 
     def get(*names: str) -> _Input | None:
-        return _get(table, _posix(*names))
+        return inputs.get(_posix(*names))
 
     out = {}
-    meta_ops = _get(table, _POSIX_META_OPS)
+    meta_ops = inputs.get(_POSIX_META_OPS)
     if meta_ops is None:
         out["meta_ops"] = _not_available(rows, integer=True)
     else:
@@ -793,7 +814,7 @@ def _shared_only(column: SignalColumn, shared: np.ndarray, moved: _Input | None)
 # ---------------------------------------------------------------- module level
 
 
-def _module_signals(table: ModuleTable, layout: Layout) -> tuple[dict[str, Value], dict]:
+def _module_signals(inputs: _Inputs, layout: Layout) -> tuple[dict[str, Value], dict]:
     """The spec's module signals; time = Darshan's agg_time_by_slowest (see README).
 
     A module sum with a -1 (not monitored) in any record is NA(not_monitored), as a record
@@ -805,10 +826,10 @@ def _module_signals(table: ModuleTable, layout: Layout) -> tuple[dict[str, Value
         "total_bytes_read": layout.bytes_read,
         "total_bytes_written": layout.bytes_written,
     }
-    sums, totals = _totals(table, names)
+    sums, totals = _totals(inputs, names)
     reads, writes = totals["total_reads"], totals["total_writes"]
     bytes_read, bytes_written = totals["total_bytes_read"], totals["total_bytes_written"]
-    agg_time = _agg_time_by_slowest(table, layout)
+    agg_time = _agg_time_by_slowest(inputs.table, layout)
     values: dict[str, Value] = {}
     values["read_bw"] = _scalar_ratio(bytes_read, agg_time, "no_time", 1 / MIB)
     values["write_bw"] = _scalar_ratio(bytes_written, agg_time, "no_time", 1 / MIB)
@@ -827,12 +848,12 @@ def _module_signals(table: ModuleTable, layout: Layout) -> tuple[dict[str, Value
 
 
 def _totals(
-    table: ModuleTable, names: dict[str, tuple[str, ...] | str | None]
+    inputs: _Inputs, names: dict[str, tuple[str, ...] | str | None]
 ) -> tuple[dict[str, int], dict[str, int | NA]]:
     """Each input summed over the records, clipped at 0 (the job totals' share), and as a
     module signal: NA(not_available) when the log lacks a counter, NA(not_monitored) when
     a record has -1."""
-    found = {key: _get(table, counters) for key, counters in names.items()}
+    found = {key: inputs.get(counters) for key, counters in names.items()}
     present = {key: item for key, item in found.items() if item is not None}
     if present and all(item.values.dtype.kind == "i" for item in present.values()):  # at once
         clipped = np.clip(np.array([item.values for item in present.values()]), 0, None)
