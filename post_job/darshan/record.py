@@ -61,8 +61,11 @@ def is_additive(name: str) -> bool:
 
 
 @functools.lru_cache(maxsize=64)
-def _additive(names: tuple[str, ...]) -> np.ndarray:
-    return np.array([is_additive(name) for name in names], dtype=bool)
+def _additive(names: tuple[str, ...]) -> tuple[np.ndarray, list[str]]:
+    """Which counters are additive, and their field names, once per module layout."""
+    keep = [is_additive(name) for name in names]
+    fields = [name.lower() for name, additive in zip(names, keep, strict=True) if additive]
+    return np.array(keep, dtype=bool), fields
 
 
 @functools.lru_cache(maxsize=64)
@@ -133,10 +136,8 @@ def counter_sums(table: ModuleTable) -> dict[str, int | float]:
         (matrices.int_names, matrices.ints),
         (matrices.float_names, matrices.floats),
     ):
-        keep = _additive(names)
-        sums = matrix[:, keep].sum(axis=0).tolist()
-        kept = [name.lower() for name, additive in zip(names, keep, strict=True) if additive]
-        out.update(zip(kept, sums, strict=True))
+        keep, fields = _additive(names)
+        out.update(zip(fields, matrix[:, keep].sum(axis=0).tolist(), strict=True))
     return out
 
 
@@ -218,14 +219,18 @@ _SHARED_COUNTERS: dict[str, tuple[str, ...]] = {
 RECORD_FIELDS = ("reads", "writes", *_RECORD_COUNTERS, *_SHARED_COUNTERS)
 
 
-def record_columns(table: ModuleTable) -> tuple[dict[str, list], dict[str, list]]:
-    """Per-record raw values as Python lists (all records; shared-only ones separately):
-    ``reads``/``writes`` (all of the module's read/write calls) and the columns above."""
+def record_columns(table: ModuleTable, rows: np.ndarray) -> tuple[dict[str, list], dict[str, list]]:
+    """The raw values of the given records (positions in the table, ascending), a Python list
+    per field (shared-only ones separately): ``reads``/``writes`` (all of the module's
+    read/write calls) and the columns above."""
     matrices = _clean(table)
     every, shared = _plan(table.module, matrices.int_names, matrices.float_names)
+    ints, floats = matrices.ints, matrices.floats
+    if len(rows) < len(table):  # only the records asked for
+        ints, floats = ints[rows], floats[rows]
 
     def values(in_floats: bool, columns: tuple[int, ...]) -> list:
-        matrix = matrices.floats if in_floats else matrices.ints
+        matrix = floats if in_floats else ints
         if len(columns) == 1:
             return matrix[:, columns[0]].tolist()
         return matrix[:, list(columns)].sum(axis=1).tolist()

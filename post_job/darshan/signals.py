@@ -495,18 +495,18 @@ def _ratio_formulas(module: str) -> tuple[_Ratio, ...]:
     return formulas + _POSIX_RATIOS if module == "POSIX" else formulas
 
 
-_Run = tuple[str, tuple[tuple[str, ...], ...]]  # (kind, inputs of as many counters each)
-
-
 @dataclass(frozen=True)
 class _Plan:
     """How ``_Inputs`` computes the inputs of a module's formulas, for one set of counter
-    names: in runs of inputs of one kind and as many counters each, one matrix per run.
-    Kinds: "integers" (integer counters), "timers", "other" (one input; no reader makes
-    one: a sum of integer and float counters)."""
+    names. Inputs made of integer counters come first, then those made of timers (each kind
+    taken as one matrix, its inputs by number of counters), then any other (no reader makes
+    one: integer and float counters summed) from ``_sum_columns``."""
 
-    runs: tuple[_Run, ...]
-    place: dict[tuple[str, ...], tuple[int, int]]  # input -> (run, index in the run)
+    integers: tuple[tuple[str, ...], ...]
+    timers: tuple[tuple[str, ...], ...]
+    others: tuple[tuple[str, ...], ...]
+    integer_runs: tuple[tuple[int, int], ...]  # (counters per input, inputs) of the integers
+    timer_runs: tuple[tuple[int, int], ...]
     row: dict[tuple[str, ...], int]  # input -> its row in the matrices of all inputs
     ratios: tuple[str, ...]  # the ratio signals whose inputs the log has
     numerators: np.ndarray  # rows of their inputs
@@ -516,6 +516,10 @@ class _Plan:
     missing: tuple[str, ...]  # the ratio signals whose inputs the log lacks
 
 
+# the inputs of a module's formulas that are not the ratios' (summed with them)
+_MORE_INPUTS = {"POSIX": (_posix("BYTES_READ", "BYTES_WRITTEN"),)}
+
+
 @functools.lru_cache(maxsize=64)
 def _plan(module: str, counters: tuple[str, ...], fcounters: tuple[str, ...]) -> _Plan:
     ints, floats = set(counters), set(fcounters) - set(counters)  # table.column's order
@@ -523,24 +527,23 @@ def _plan(module: str, counters: tuple[str, ...], fcounters: tuple[str, ...]) ->
     wanted = [
         names for _, numerator, denominator, *_ in formulas for names in (numerator, denominator)
     ]
-    wanted.append(_names(LAYOUTS[module].meta_time))  # for the records' I/O time
-    kinds: dict[tuple[str, int], list[tuple[str, ...]]] = {}
+    wanted += [_names(LAYOUTS[module].meta_time), *_MORE_INPUTS.get(module, ())]
+    integers, timers, others = [], [], []
     for names in sorted(dict.fromkeys(names for names in wanted if names), key=len):
         if all(name in ints and not is_timer(name) for name in names):
-            kinds.setdefault(("integers", len(names)), []).append(names)
+            integers.append(names)
         elif all(name in floats and is_timer(name) for name in names):
-            kinds.setdefault(("timers", len(names)), []).append(names)
+            timers.append(names)
         elif all(name in ints or name in floats for name in names):
-            kinds[("other", len(kinds))] = [names]
-    runs = tuple((kind, tuple(inputs)) for (kind, _), inputs in kinds.items())
-    place = {
-        names: (run, i) for run, (_, inputs) in enumerate(runs) for i, names in enumerate(inputs)
-    }
-    row = {names: i for i, names in enumerate(place)}
+            others.append(names)
+    row = {names: i for i, names in enumerate([*integers, *timers, *others])}
     ratios = [formula for formula in formulas if formula[1] in row and formula[2] in row]
     return _Plan(
-        runs=runs,
-        place=place,
+        integers=tuple(integers),
+        timers=tuple(timers),
+        others=tuple(others),
+        integer_runs=_runs_of(integers),
+        timer_runs=_runs_of(timers),
         row=row,
         ratios=tuple(signal for signal, *_ in ratios),
         numerators=np.array([row[numerator] for _, numerator, *_ in ratios], dtype=np.intp),
@@ -548,20 +551,103 @@ def _plan(module: str, counters: tuple[str, ...], fcounters: tuple[str, ...]) ->
             [row[denominator] for _, _, denominator, *_ in ratios], dtype=np.intp
         ),
         scales=np.array([scale for *_, scale in ratios], dtype=np.float64).reshape(-1, 1),
-        zero_codes=np.array([_CODE[reason] for *_, reason, _ in ratios], dtype=np.uint8).reshape(
+        zero_codes=np.array([[_CODE[zero] for *_, zero, _ in ratios]], dtype=np.uint8).reshape(
             -1, 1
         ),
         missing=tuple(formula[0] for formula in formulas if formula not in ratios),
     )
 
 
+def _runs_of(inputs: list[tuple[str, ...]]) -> tuple[tuple[int, int], ...]:
+    """(counters per input, inputs) of each run of inputs with as many counters."""
+    sizes = [len(names) for names in inputs]
+    return tuple((size, sizes.count(size)) for size in dict.fromkeys(sizes))
+
+
+def _by_size(matrix: np.ndarray, runs: tuple[tuple[int, int], ...]) -> list[np.ndarray]:
+    """``matrix`` (the counters of inputs, one after the other) as one block per run of
+    inputs with as many counters: inputs x counters x records."""
+    blocks = []
+    start = 0
+    for size, count in runs:
+        blocks.append(matrix[start : start + size * count].reshape(count, size, matrix.shape[1]))
+        start += size * count
+    return blocks
+
+
 def _sum_in_turn(block: np.ndarray) -> np.ndarray:
-    """Sum over the counters (axis 1) from 0, one counter after the other, as
-    ``_sum_columns`` adds them (a float sum depends on the order)."""
-    total = np.zeros((block.shape[0], block.shape[2]), dtype=block.dtype)
-    for counter in range(block.shape[1]):
+    """Float sums over the counters (axis 1) from 0, one counter after the other, as
+    ``_sum_columns`` adds them (a float sum depends on the order; 0.0 + -0.0 is 0.0)."""
+    total = block[:, 0] + 0.0
+    for counter in range(1, block.shape[1]):
         total = total + block[:, counter]
     return total
+
+
+def _any_by_size(flags: np.ndarray, runs: tuple[tuple[int, int], ...]) -> list[np.ndarray]:
+    """Where any counter of each input is flagged: ``flags`` holds the inputs' counters."""
+    return [
+        block[:, 0] if block.shape[1] == 1 else block.any(axis=1) for block in _by_size(flags, runs)
+    ]
+
+
+def _counters(columns: dict[str, np.ndarray], inputs, dtype, rows: int) -> np.ndarray:
+    """The counters of the inputs, one row each, input after input."""
+    counters = [columns[name] for names in inputs for name in names]
+    return np.array(counters, dtype).reshape(len(counters), rows)
+
+
+class _Block:
+    """The formula inputs of (a piece of) a module table, as matrices with one row per input
+    (the plan's order): ``values`` as floats (for the ratios), ``unmonitored``, ``invalid``;
+    ``ints``, ``timers`` and ``others`` the sums as Darshan counts them."""
+
+    def __init__(self, table: ModuleTable, plan: _Plan) -> None:
+        rows = len(table)
+        ints = _counters(table.counters, plan.integers, np.int64, rows)
+        timers = _counters(table.fcounters, plan.timers, np.float64, rows)
+        garbage = invalid_timer(timers)
+        others = [_sum_columns(table, names) for names in plan.others]
+        self.ints = np.concatenate(
+            [
+                block[:, 0] if block.shape[1] == 1 else block.sum(axis=1)
+                for block in _by_size(ints, plan.integer_runs)
+            ]
+            or [np.zeros((0, rows), np.int64)]
+        )
+        self.timers = np.concatenate(
+            [
+                _sum_in_turn(block)
+                for block in _by_size(np.where(garbage, 0.0, timers), plan.timer_runs)
+            ]
+            or [np.zeros((0, rows))]
+        )
+        self.others = [item.values for item in others]  # type: ignore[union-attr]
+        self.values = np.concatenate(
+            [self.ints, self.timers, *(values[None] for values in self.others)], dtype=np.float64
+        )
+        self.unmonitored = np.concatenate(
+            [
+                *_any_by_size(ints == -1, plan.integer_runs),
+                *_any_by_size(timers == -1, plan.timer_runs),
+                *(item.unmonitored[None] for item in others),  # type: ignore[union-attr]
+                np.zeros((0, rows), dtype=bool),
+            ]
+        )
+        self.invalid = np.concatenate(
+            [
+                np.zeros((len(plan.integers), rows), dtype=bool),
+                *_any_by_size(garbage, plan.timer_runs),
+                *(item.invalid[None] for item in others),  # type: ignore[union-attr]
+            ]
+        )
+
+    def typed(self, row: int) -> np.ndarray:
+        """An input's sums as Darshan counts them (integers stay integers)."""
+        if row < len(self.ints):
+            return self.ints[row]
+        row -= len(self.ints)
+        return self.timers[row] if row < len(self.timers) else self.others[row - len(self.timers)]
 
 
 # Records per piece of a table in whole-matrix operations: with more, the matrices of a module
@@ -587,56 +673,11 @@ def _pieces(table: ModuleTable) -> list[ModuleTable]:
     ]
 
 
-def _joined(pieces: list[np.ndarray]) -> np.ndarray:
-    """A row computed piece by piece, whole."""
-    return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
-
-
 def _joined_rows(pieces: list[np.ndarray]) -> list[np.ndarray]:
     """The rows of a matrix computed piece by piece (records along axis 1), one array each."""
     if len(pieces) == 1:
         return list(pieces[0])
     return [np.concatenate(row) for row in zip(*pieces, strict=True)]
-
-
-class _Block:
-    """The formula inputs of (a piece of) a module table, one row each: ``values`` (floats,
-    for the ratios), ``unmonitored`` and ``invalid``; ``sums`` per run, as Darshan counts
-    them (integers stay integers)."""
-
-    def __init__(self, table: ModuleTable, plan: _Plan) -> None:
-        rows = len(table)
-        self.sums: list[np.ndarray] = []
-        unmonitored, invalid = [np.zeros((0, rows), dtype=bool)], [np.zeros((0, rows), bool)]
-        for kind, inputs in plan.runs:
-            if kind == "other":
-                found: _Input = _sum_columns(table, inputs[0])  # type: ignore[assignment]
-                sums = found.values[None]
-                missing, garbage = found.unmonitored[None], found.invalid[None]
-            elif kind == "integers":
-                counters = _run_block(table.counters, inputs, np.int64, rows)
-                sums = counters[:, 0] if counters.shape[1] == 1 else counters.sum(axis=1)
-                missing = (counters == -1).any(axis=1)
-                garbage = np.zeros((len(inputs), rows), dtype=bool)
-            else:
-                timers = _run_block(table.fcounters, inputs, np.float64, rows)
-                bad = invalid_timer(timers)
-                sums = _sum_in_turn(np.where(bad, 0.0, timers))
-                missing, garbage = (timers == -1).any(axis=1), bad.any(axis=1)
-            self.sums.append(sums)
-            unmonitored.append(missing)
-            invalid.append(garbage)
-        self.values = np.concatenate([*self.sums, np.zeros((0, rows))], dtype=np.float64)
-        self.unmonitored = np.concatenate(unmonitored)
-        self.invalid = np.concatenate(invalid)
-
-
-def _run_block(
-    columns: dict[str, np.ndarray], inputs: tuple[tuple[str, ...], ...], dtype, rows: int
-) -> np.ndarray:
-    """The counters of a run of inputs: inputs x counters x records."""
-    block = np.array([columns[name] for names in inputs for name in names], dtype=dtype)
-    return block.reshape(len(inputs), len(inputs[0]), rows)
 
 
 class _Inputs:
@@ -657,18 +698,22 @@ class _Inputs:
             return None
         if isinstance(names, str):
             names = (names,)
-        if names not in self.found:
-            place = self.plan.place.get(names)
-            if place is None:  # not an input of the ratios
-                self.found[names] = _sum_columns(self.table, names)
+        found = self.found.get(names, self)
+        if found is self:
+            row = self.plan.row.get(names)
+            if row is None:  # not an input of the formulas
+                found = _sum_columns(self.table, names)
+            elif len(self.blocks) == 1:
+                block = self.blocks[0]
+                found = _Input(block.typed(row), block.unmonitored[row], block.invalid[row])
             else:
-                (run, i), row = place, self.plan.row[names]
-                self.found[names] = _Input(
-                    _joined([block.sums[run][i] for block in self.blocks]),
-                    _joined([block.unmonitored[row] for block in self.blocks]),
-                    _joined([block.invalid[row] for block in self.blocks]),
+                found = _Input(
+                    np.concatenate([block.typed(row) for block in self.blocks]),
+                    np.concatenate([block.unmonitored[row] for block in self.blocks]),
+                    np.concatenate([block.invalid[row] for block in self.blocks]),
                 )
-        return self.found[names]
+            self.found[names] = found
+        return found  # type: ignore[return-value]
 
 
 def _not_available(rows: int, integer: bool = False) -> SignalColumn:
@@ -705,16 +750,6 @@ def _block_ratios(block: _Block, plan: _Plan) -> tuple[np.ndarray, np.ndarray]:
     return values, codes
 
 
-def _plus(*inputs: _Input | None) -> _Input | None:
-    if any(item is None for item in inputs):
-        return None
-    return _Input(
-        sum(item.values for item in inputs),  # type: ignore[union-attr]
-        np.logical_or.reduce([item.unmonitored for item in inputs]),  # type: ignore[union-attr]
-        np.logical_or.reduce([item.invalid for item in inputs]),  # type: ignore[union-attr]
-    )
-
-
 # ---------------------------------------------------------------- record level
 
 
@@ -727,20 +762,18 @@ def _record_signals(inputs: _Inputs, layout: Layout) -> RecordSignals:
         computed.update(_posix_signals(inputs, computed["rank_imbalance_ratio"]))
         names += POSIX_SIGNALS
     bytes_read, bytes_written = inputs.get(layout.bytes_read), inputs.get(layout.bytes_written)
-    read_time, write_time = inputs.get(layout.read_time), inputs.get(layout.write_time)
+    timers = [inputs.get(name) for name in (layout.read_time, layout.write_time, layout.meta_time)]
     zeros = np.zeros(rows)
-    io_time = sum(
-        (np.clip(item.values, 0, None) if item is not None else zeros)
-        for item in (read_time, write_time, inputs.get(layout.meta_time))
-    )  # garbage timers were read as 0 by the inputs
+    # garbage timers were read as 0 by the inputs
+    io_time = sum((np.maximum(item.values, 0) if item is not None else zeros) for item in timers)
     return RecordSignals(
         module=table.module,
         record_ids=table.record_ids,
         ranks=table.ranks,
         columns={name: computed[name] for name in names},
-        bytes_read=np.clip(bytes_read.values, 0, None) if bytes_read else np.zeros(rows, np.int64),
+        bytes_read=np.maximum(bytes_read.values, 0) if bytes_read else np.zeros(rows, np.int64),
         bytes_written=(
-            np.clip(bytes_written.values, 0, None) if bytes_written else np.zeros(rows, np.int64)
+            np.maximum(bytes_written.values, 0) if bytes_written else np.zeros(rows, np.int64)
         ),
         io_time=np.asarray(io_time, dtype=np.float64),
     )
@@ -751,63 +784,63 @@ def _posix_signals(inputs: _Inputs, imbalance: SignalColumn) -> dict[str, Signal
     slowest rank's bytes to the fastest's."""
     table = inputs.table
     rows = len(table)
-
-    def get(*names: str) -> _Input | None:
-        return inputs.get(_posix(*names))
-
     out = {}
     meta_ops = inputs.get(_POSIX_META_OPS)
     if meta_ops is None:
         out["meta_ops"] = _not_available(rows, integer=True)
     else:
-        codes = np.where(meta_ops.unmonitored, _CODE["not_monitored"], 0).astype(np.uint8)
-        out["meta_ops"] = SignalColumn(meta_ops.values.astype(np.int64), codes)
-    bytes_read, bytes_written = get("BYTES_READ"), get("BYTES_WRITTEN")
-    out["reuse_proxy"] = _reuse_proxy(table, bytes_read, bytes_written, rows)
+        codes = np.where(meta_ops.unmonitored, np.uint8(_CODE["not_monitored"]), np.uint8(0))
+        out["meta_ops"] = SignalColumn(meta_ops.values.astype(np.int64, copy=False), codes)
+    moved = inputs.get(_posix("BYTES_READ", "BYTES_WRITTEN"))
+    out["reuse_proxy"] = _reuse_proxy(table, inputs.get(_posix("BYTES_READ")), moved)
+    # for shared (rank -1) records that moved bytes only
     shared = table.ranks == -1
-    moved = _plus(bytes_read, bytes_written)
-    out["rank_imbalance_ratio"] = _shared_only(imbalance, shared, moved)
-    variance = get("F_VARIANCE_RANK_BYTES")
+    not_shared = ~shared
+    no_bytes = None if moved is None else (moved.values <= 0) & ~moved.unmonitored
+    out["rank_imbalance_ratio"] = _shared_only(imbalance, not_shared, no_bytes)
+    variance = inputs.get(_posix("F_VARIANCE_RANK_BYTES"))
     variance_column = (
         _not_available(rows)
         if variance is None
         else SignalColumn(
-            variance.values.astype(np.float64),
-            np.where(variance.unmonitored, _CODE["not_monitored"], 0).astype(np.uint8),
+            variance.values.astype(np.float64, copy=False),
+            np.where(variance.unmonitored, np.uint8(_CODE["not_monitored"]), np.uint8(0)),
         )
     )
-    out["bw_variance_proxy"] = _shared_only(variance_column, shared, moved)
+    out["bw_variance_proxy"] = _shared_only(variance_column, not_shared, no_bytes)
     out["is_shared"] = SignalColumn(shared.astype(np.int64), np.zeros(rows, np.uint8))
     return out
 
 
-def _reuse_proxy(table: ModuleTable, bytes_read, bytes_written, rows: int) -> SignalColumn:
-    """bytes_read / (max byte offset + 1): how often the file's extent was read over."""
+def _reuse_proxy(
+    table: ModuleTable, bytes_read: _Input | None, moved: _Input | None
+) -> SignalColumn:
+    """bytes_read / (max byte offset + 1): how often the file's extent was read over;
+    ``moved``: bytes read + written."""
     max_read, max_written = (
         table.column("POSIX_MAX_BYTE_READ"),
         table.column("POSIX_MAX_BYTE_WRITTEN"),
     )
-    if bytes_read is None or bytes_written is None or max_read is None or max_written is None:
-        return _not_available(rows)
+    if bytes_read is None or moved is None or max_read is None or max_written is None:
+        return _not_available(len(table))
     size = np.maximum(max_read, max_written).astype(np.float64) + 1
-    moved = bytes_read.values + bytes_written.values
-    known = (size > 0) & (moved > 0)
-    values = np.divide(bytes_read.values.astype(np.float64), size, out=np.zeros(rows), where=known)
-    codes = np.where(known, 0, _CODE["no_file_size"]).astype(np.uint8)
-    unmonitored = bytes_read.unmonitored | bytes_written.unmonitored
-    unmonitored |= (max_read == -1) & (max_written == -1)
-    codes[unmonitored] = _CODE["not_monitored"]
+    known = (size > 0) & (moved.values > 0)
+    values = np.divide(
+        bytes_read.values.astype(np.float64), size, out=np.zeros(len(table)), where=known
+    )
+    codes = np.where(known, np.uint8(0), np.uint8(_CODE["no_file_size"]))
+    codes[moved.unmonitored | ((max_read == -1) & (max_written == -1))] = _CODE["not_monitored"]
     return SignalColumn(values, codes)
 
 
-def _shared_only(column: SignalColumn, shared: np.ndarray, moved: _Input | None) -> SignalColumn:
+def _shared_only(
+    column: SignalColumn, not_shared: np.ndarray, no_bytes: np.ndarray | None
+) -> SignalColumn:
     """Spec: only for rank -1 records that moved bytes; NA(not_shared_file) / NA(no_bytes)."""
     codes = column.codes.copy()
-    if moved is not None:
-        no_bytes = (moved.values <= 0) & ~moved.unmonitored
-        codes[no_bytes & (codes == 0)] = _CODE["no_bytes"]
-        codes[no_bytes & (codes == _CODE["no_fastest_bytes"])] = _CODE["no_bytes"]
-    codes[~shared] = _CODE["not_shared_file"]
+    if no_bytes is not None:
+        codes[no_bytes & ((codes == 0) | (codes == _CODE["no_fastest_bytes"]))] = _CODE["no_bytes"]
+    codes[not_shared] = _CODE["not_shared_file"]
     return SignalColumn(column.values, codes)
 
 
@@ -856,12 +889,12 @@ def _totals(
     found = {key: inputs.get(counters) for key, counters in names.items()}
     present = {key: item for key, item in found.items() if item is not None}
     if present and all(item.values.dtype.kind == "i" for item in present.values()):  # at once
-        clipped = np.clip(np.array([item.values for item in present.values()]), 0, None)
+        clipped = np.maximum(np.array([item.values for item in present.values()]), 0)
         sums = dict(zip(present, clipped.sum(axis=1).tolist(), strict=True))
         any_unmonitored = np.array([item.unmonitored for item in present.values()]).any(axis=1)
         unmonitored = dict(zip(present, any_unmonitored.tolist(), strict=True))
     else:
-        sums = {key: int(np.clip(item.values, 0, None).sum()) for key, item in present.items()}
+        sums = {key: int(np.maximum(item.values, 0).sum()) for key, item in present.items()}
         unmonitored = {key: bool(item.unmonitored.any()) for key, item in present.items()}
     totals: dict[str, int | NA] = {}
     for key in names:
@@ -897,10 +930,11 @@ def _agg_time_by_slowest(table: ModuleTable, layout: Layout) -> float | NA:
     shared = table.ranks < 0
     slowest = table.column(layout.slowest_rank_time) if layout.slowest_rank_time else None
     used = np.concatenate([*timers, slowest[shared]] if slowest is not None else timers)
-    if (used == -1).any():
-        return NA("not_monitored")
-    if invalid_timer(used).any():
-        return NA("invalid_time")
+    if not (used.size and 0 <= used.min() and used.max() <= MAX_TIMER_SECONDS):  # usually all fine
+        if (used == -1).any():
+            return NA("not_monitored")
+        if invalid_timer(used).any():
+            return NA("invalid_time")
     per_record = np.zeros(len(table))
     for timer in timers:
         per_record = per_record + timer
@@ -908,10 +942,12 @@ def _agg_time_by_slowest(table: ModuleTable, layout: Layout) -> float | NA:
         shared_time = float(slowest[shared].sum())
     else:
         shared_time = float(per_record[shared].sum())
-    unique_ranks = table.ranks[~shared]
+    own = ~shared
+    unique_ranks = table.ranks[own]
     if len(unique_ranks):
-        _, rank_index = np.unique(unique_ranks, return_inverse=True)
-        per_rank = np.bincount(rank_index, weights=per_record[~shared])
+        # the table is in canonical order: its own files' ranks ascending, one group each
+        rank_index = np.cumsum(np.concatenate(([False], unique_ranks[1:] != unique_ranks[:-1])))
+        per_rank = np.bincount(rank_index, weights=per_record[own])
         slowest_rank_time = max(0.0, float(per_rank.max()))
     else:
         slowest_rank_time = 0.0
@@ -1023,9 +1059,9 @@ def _job_heatmaps(series: list[tuple[str, int, float, np.ndarray, np.ndarray]]):
         layouts.setdefault((len(reads), repr(width)), []).append(i)  # repr: 0.0 is not -0.0
     values: dict[int, dict[str, Value]] = {}
     for members in layouts.values():
-        width = series[members[0]][2]
-        reads = np.array([series[i][3] for i in members]).reshape(len(members), -1)
-        writes = np.array([series[i][4] for i in members]).reshape(len(members), -1)
+        _, _, width, first, _ = series[members[0]]
+        reads = np.array([series[i][3] for i in members]).reshape(len(members), len(first))
+        writes = np.array([series[i][4] for i in members]).reshape(len(members), len(first))
         columns = heatmap_columns(reads, writes, width)
         for row, i in enumerate(members):
             values[i] = {name: column.get(row) for name, column in columns.items()}
