@@ -83,12 +83,14 @@ class _Clean:
         self.int_names = tuple(table.counters)
         self.float_names = tuple(table.fcounters)
         self.ints = _matrix(list(table.counters.values()), rows, np.int64)
-        np.clip(self.ints, 0, None, out=self.ints)
+        np.maximum(self.ints, 0, out=self.ints)
         floats = _matrix(list(table.fcounters.values()), rows, np.float64)
         timers = _timers(self.float_names)
         if timers.any():
-            floats[:, timers] = np.where(invalid_timer(floats[:, timers]), 0.0, floats[:, timers])
-        np.clip(floats, 0, None, out=floats)
+            garbage = invalid_timer(floats[:, timers])
+            if garbage.any():
+                floats[:, timers] = np.where(garbage, 0.0, floats[:, timers])
+        np.maximum(floats, 0, out=floats)
         self.floats = floats
         self.index = _index(self.int_names, self.float_names)
 
@@ -149,37 +151,39 @@ def rule_inputs(table: ModuleTable) -> dict[str, int | float]:
     for direction in ("READS", "WRITES"):
         ops, seq = clean(table, f"POSIX_{direction}"), clean(table, f"POSIX_SEQ_{direction}")
         if ops is not None and seq is not None:
-            out[f"random_{direction.lower()}"] = int(np.clip(ops - seq, 0, None).sum())
+            out[f"random_{direction.lower()}"] = int(np.maximum(ops - seq, 0).sum())
     read = clean(table, "POSIX_BYTES_READ")
     high_read = clean(table, "POSIX_MAX_BYTE_READ")
     high_written = clean(table, "POSIX_MAX_BYTE_WRITTEN")
     if read is not None and high_read is not None and high_written is not None:
         extent = np.maximum(high_read, high_written) + 1
-        out["redundant_read_bytes"] = int(np.clip(read - extent, 0, None).sum())
+        out["redundant_read_bytes"] = int(np.maximum(read - extent, 0).sum())
     meta = clean(table, "POSIX_F_META_TIME")
     if meta is not None:
         out["slow_meta_records"] = int((meta > SLOW_METADATA_SECONDS).sum())
         out["max_record_meta_time"] = float(meta.max())
     own = table.ranks != -1
-    _, group = np.unique(table.record_ids[own], return_inverse=True)
+    ids = table.record_ids[own]
+    by_file = np.argsort(ids, kind="stable")  # the records of each file together, ids ascending
+    sorted_ids = ids[by_file]
+    starts = np.flatnonzero(np.concatenate(([True], sorted_ids[1:] != sorted_ids[:-1])))
     for direction in ("read", "written"):
         moved = clean(table, f"POSIX_BYTES_{direction.upper()}")
         if moved is None:
             continue
-        spread = _spread(moved[own].astype(np.float64), group) if own.any() else np.zeros(1)
+        values = moved[own][by_file].astype(np.float64)
+        spread = _spread(values, starts) if own.any() else np.zeros(1)
         name = "read" if direction == "read" else "write"
         out[f"rank_{name}_imbalance_files"] = int((spread > RANK_IMBALANCE).sum())
         out[f"max_rank_{name}_imbalance"] = float(spread.max())
     return out
 
 
-def _spread(values: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """(max - min) / max of the values of each group (0 where the max is 0)."""
-    groups = int(group.max()) + 1
-    high = np.full(groups, -np.inf)
-    low = np.full(groups, np.inf)
-    np.maximum.at(high, group, values)
-    np.minimum.at(low, group, values)
+def _spread(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """(max - min) / max of each run of values (one starting at each of ``starts``; 0 where
+    the max is 0)."""
+    high = np.maximum.reduceat(values, starts)
+    low = np.minimum.reduceat(values, starts)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(high > 0, (high - low) / high, 0.0)
 
