@@ -139,16 +139,17 @@ def _record_points(
         return []
     table = signals.tables.get(records.module)
     every, shared = record_columns(table, kept) if table is not None else ({}, {})
-    ranks, ids = records.ranks[kept].tolist(), records.record_ids[kept].tolist()
+    rows = kept if len(kept) < len(records) else slice(None)  # usually all of them
+    ranks, ids = records.ranks[rows].tolist(), records.record_ids[rows].tolist()
     moved_read, moved_written = (
-        records.bytes_read[kept].tolist(),
-        records.bytes_written[kept].tolist(),
+        records.bytes_read[rows].tolist(),
+        records.bytes_written[rows].tolist(),
     )
-    io_time = records.io_time[kept].tolist()
+    io_time = records.io_time[rows].tolist()
     tags = {**base_tags, "module": records.module}
     names = list(records.columns)
-    values = [column.values[kept].tolist() for column in records.columns.values()]
-    codes = [column.codes[kept].tolist() for column in records.columns.values()]
+    values = [column.values[rows].tolist() for column in records.columns.values()]
+    codes = [column.codes[rows].tolist() for column in records.columns.values()]
     # per kept record: its signal values, and whether any is NA (the rare slow path)
     value_rows = list(zip(*values, strict=True)) if values else [()] * len(kept)
     with_na = (

@@ -203,14 +203,23 @@ class RecordSignals:
     def row(self, index: int) -> dict[str, Value]:
         lists = self.__dict__.get("_lists")
         if lists is None:  # columns as Python lists, once: rows are read one by one
-            lists = self.__dict__["_lists"] = [
-                (name, column.values.tolist(), column.codes.tolist())
-                for name, column in self.columns.items()
-            ]
-        return {
-            name: (_NA_BY_CODE[codes[index]] if codes[index] else values[index])
-            for name, values, codes in lists
-        }
+            lists = self.__dict__["_lists"] = _lists(self.columns)
+        return _row(lists, index)
+
+
+def _lists(columns: dict[str, SignalColumn]) -> list[tuple[str, list, list]]:
+    """Columns as Python lists (name, values, codes), to read many rows cheaply."""
+    return [
+        (name, column.values.tolist(), column.codes.tolist()) for name, column in columns.items()
+    ]
+
+
+def _row(lists: list[tuple[str, list, list]], index: int) -> dict[str, Value]:
+    """One row of ``_lists``: what ``SignalColumn.get`` gives for each column."""
+    return {
+        name: (_NA_BY_CODE[codes[index]] if codes[index] else values[index])
+        for name, values, codes in lists
+    }
 
 
 @dataclass
@@ -968,8 +977,8 @@ def _scalar_ratio(numerator: Value, denominator: Value, zero_reason: str, scale=
 
 def heatmap_columns(reads: np.ndarray, writes: np.ndarray, width: float) -> dict[str, SignalColumn]:
     """The 10 HEATMAP signals for many series at once: one row per rank, one column per bin."""
-    reads = np.clip(reads.astype(np.int64), 0, None)
-    writes = np.clip(writes.astype(np.int64), 0, None)
+    reads = np.maximum(reads.astype(np.int64, copy=False), 0)
+    writes = np.maximum(writes.astype(np.int64, copy=False), 0)
     activity = reads + writes
     rows, nbins = activity.shape
     active = activity > 0
@@ -1062,9 +1071,9 @@ def _job_heatmaps(series: list[tuple[str, int, float, np.ndarray, np.ndarray]]):
         _, _, width, first, _ = series[members[0]]
         reads = np.array([series[i][3] for i in members]).reshape(len(members), len(first))
         writes = np.array([series[i][4] for i in members]).reshape(len(members), len(first))
-        columns = heatmap_columns(reads, writes, width)
+        lists = _lists(heatmap_columns(reads, writes, width))
         for row, i in enumerate(members):
-            values[i] = {name: column.get(row) for name, column in columns.items()}
+            values[i] = _row(lists, row)
     return [
         HeatmapSignals(submodule, -1, record_id, width, reads, writes, values[i])
         for i, (submodule, record_id, width, reads, writes) in enumerate(series)
