@@ -20,7 +20,12 @@ import re
 import numpy as np
 
 from hpcmon.post_job.darshan.model import ModuleTable
-from hpcmon.post_job.darshan.signals import LAYOUTS, invalid_timer, is_timer
+from hpcmon.post_job.darshan.signals import (
+    LAYOUTS,
+    invalid_timer,
+    is_timer,
+    take_counter_matrices,
+)
 
 # Drishti 0.8's thresholds the folded rule inputs need (the report's rules use the same).
 SLOW_METADATA_SECONDS = 30.0  # a record with more metadata time than this is slow (P17)
@@ -79,19 +84,17 @@ class _Clean:
     less than one per counter on the small tables most logs have."""
 
     def __init__(self, table: ModuleTable) -> None:
-        rows = len(table)
         self.int_names = tuple(table.counters)
         self.float_names = tuple(table.fcounters)
-        self.ints = _matrix(list(table.counters.values()), rows, np.int64)
-        np.maximum(self.ints, 0, out=self.ints)
-        floats = _matrix(list(table.fcounters.values()), rows, np.float64)
+        ints, floats = take_counter_matrices(table)  # one row per counter: ours to change
         timers = _timers(self.float_names)
         if timers.any():
-            garbage = invalid_timer(floats[:, timers])
+            garbage = invalid_timer(floats[timers])
             if garbage.any():
-                floats[:, timers] = np.where(garbage, 0.0, floats[:, timers])
+                floats[timers] = np.where(garbage, 0.0, floats[timers])
+        np.maximum(ints, 0, out=ints)
         np.maximum(floats, 0, out=floats)
-        self.floats = floats
+        self.ints, self.floats = ints.T, floats.T
         self.index = _index(self.int_names, self.float_names)
 
     def column(self, name: str) -> np.ndarray | None:
@@ -108,13 +111,6 @@ def _index(ints: tuple[str, ...], floats: tuple[str, ...]) -> dict[str, tuple[bo
     index = {name: (False, i) for i, name in enumerate(ints)}
     index.update({name: (True, i) for i, name in enumerate(floats)})
     return index
-
-
-def _matrix(columns: list[np.ndarray], rows: int, dtype) -> np.ndarray:
-    """The columns as one new (rows x columns) matrix (a transposed copy: one allocation)."""
-    if not columns:
-        return np.zeros((rows, 0), dtype=dtype)
-    return np.array(columns, dtype=dtype).T
 
 
 def _clean(table: ModuleTable) -> _Clean:

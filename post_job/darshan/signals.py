@@ -516,6 +516,8 @@ class _Plan:
     others: tuple[tuple[str, ...], ...]
     integer_runs: tuple[tuple[int, int], ...]  # (counters per input, inputs) of the integers
     timer_runs: tuple[tuple[int, int], ...]
+    integer_rows: np.ndarray  # the integers' counters: rows of counter_matrices' integers
+    timer_rows: np.ndarray
     row: dict[tuple[str, ...], int]  # input -> its row in the matrices of all inputs
     ratios: tuple[str, ...]  # the ratio signals whose inputs the log has
     numerators: np.ndarray  # rows of their inputs
@@ -553,6 +555,8 @@ def _plan(module: str, counters: tuple[str, ...], fcounters: tuple[str, ...]) ->
         others=tuple(others),
         integer_runs=_runs_of(integers),
         timer_runs=_runs_of(timers),
+        integer_rows=_rows_of(integers, counters),
+        timer_rows=_rows_of(timers, fcounters),
         row=row,
         ratios=tuple(signal for signal, *_ in ratios),
         numerators=np.array([row[numerator] for _, numerator, *_ in ratios], dtype=np.intp),
@@ -600,10 +604,34 @@ def _any_by_size(flags: np.ndarray, runs: tuple[tuple[int, int], ...]) -> list[n
     ]
 
 
-def _counters(columns: dict[str, np.ndarray], inputs, dtype, rows: int) -> np.ndarray:
-    """The counters of the inputs, one row each, input after input."""
-    counters = [columns[name] for names in inputs for name in names]
-    return np.array(counters, dtype).reshape(len(counters), rows)
+def _rows_of(inputs: list[tuple[str, ...]], counters: tuple[str, ...]) -> np.ndarray:
+    """The rows of the inputs' counters (input after input) in a matrix of ``counters``."""
+    row = {name: i for i, name in enumerate(counters)}
+    return np.array([row[name] for names in inputs for name in names], dtype=np.intp)
+
+
+def counter_matrices(table: ModuleTable) -> tuple[np.ndarray, np.ndarray]:
+    """The table's integer and float counters as two matrices, one row per counter (in the
+    order of ``table.counters`` and ``table.fcounters``), built once: for the signals, then
+    handed over to the points (``take_counter_matrices``)."""
+    found = table.__dict__.get("_counter_matrices")
+    if found is None:
+        found = table.__dict__["_counter_matrices"] = _matrices(table)
+    return found
+
+
+def take_counter_matrices(table: ModuleTable) -> tuple[np.ndarray, np.ndarray]:
+    """``counter_matrices`` for their last user, who may change them: no longer kept."""
+    found = table.__dict__.pop("_counter_matrices", None)
+    return _matrices(table) if found is None else found
+
+
+def _matrices(table: ModuleTable) -> tuple[np.ndarray, np.ndarray]:
+    rows = len(table)
+    return (
+        np.array(list(table.counters.values()), np.int64).reshape(len(table.counters), rows),
+        np.array(list(table.fcounters.values()), np.float64).reshape(len(table.fcounters), rows),
+    )
 
 
 class _Block:
@@ -613,8 +641,8 @@ class _Block:
 
     def __init__(self, table: ModuleTable, plan: _Plan) -> None:
         rows = len(table)
-        ints = _counters(table.counters, plan.integers, np.int64, rows)
-        timers = _counters(table.fcounters, plan.timers, np.float64, rows)
+        all_ints, all_floats = counter_matrices(table)
+        ints, timers = all_ints[plan.integer_rows], all_floats[plan.timer_rows]
         garbage = invalid_timer(timers)
         others = [_sum_columns(table, names) for names in plan.others]
         self.ints = np.concatenate(
