@@ -992,9 +992,8 @@ def _agg_time_by_slowest(table: ModuleTable, layout: Layout) -> float | NA:
 
 
 def _scalar_ratio(numerator: Value, denominator: Value, zero_reason: str, scale=1.0) -> Value:
-    missing = _first_na(numerator, denominator)
-    if missing is not None:
-        return missing
+    if isinstance(numerator, NA) or isinstance(denominator, NA):
+        return _first_na(numerator, denominator)  # type: ignore[return-value]
     if denominator <= 0:
         return NA(zero_reason)
     return float(numerator) * scale / float(denominator)
