@@ -403,7 +403,7 @@ def is_timer(name: str) -> bool:
 
 def invalid_timer(column: np.ndarray) -> np.ndarray:
     """Rows of a timer column that hold garbage (Darshan's -1 is "not monitored", not this)."""
-    if column.size and 0 <= column.min() and column.max() <= MAX_TIMER_SECONDS:
+    if not column.size or (0 <= column.min() and column.max() <= MAX_TIMER_SECONDS):
         return np.zeros(column.shape, dtype=bool)  # the usual case (NaN fails the test)
     with np.errstate(invalid="ignore"):
         return ~np.isfinite(column) | ((column < 0) & (column != -1)) | (column > MAX_TIMER_SECONDS)
@@ -642,42 +642,36 @@ class _Block:
     def __init__(self, table: ModuleTable, plan: _Plan) -> None:
         rows = len(table)
         all_ints, all_floats = counter_matrices(table)
-        ints, timers = all_ints[plan.integer_rows], all_floats[plan.timer_rows]
-        garbage = invalid_timer(timers)
+        self.ints, self.timers = np.zeros((0, rows), np.int64), np.zeros((0, rows))
+        unmonitored, invalid = [np.zeros((0, rows), bool)], [np.zeros((0, rows), bool)]
+        if plan.integers:
+            ints = all_ints[plan.integer_rows]
+            self.ints = np.concatenate(
+                [
+                    block[:, 0] if block.shape[1] == 1 else block.sum(axis=1)
+                    for block in _by_size(ints, plan.integer_runs)
+                ]
+            )
+            unmonitored += _any_by_size(ints == -1, plan.integer_runs)
+            invalid.append(np.zeros((len(plan.integers), rows), dtype=bool))
+        if plan.timers:
+            timers = all_floats[plan.timer_rows]
+            garbage = invalid_timer(timers)
+            clean = np.where(garbage, 0.0, timers)
+            self.timers = np.concatenate(
+                [_sum_in_turn(block) for block in _by_size(clean, plan.timer_runs)]
+            )
+            unmonitored += _any_by_size(timers == -1, plan.timer_runs)
+            invalid += _any_by_size(garbage, plan.timer_runs)
         others = [_sum_columns(table, names) for names in plan.others]
-        self.ints = np.concatenate(
-            [
-                block[:, 0] if block.shape[1] == 1 else block.sum(axis=1)
-                for block in _by_size(ints, plan.integer_runs)
-            ]
-            or [np.zeros((0, rows), np.int64)]
-        )
-        self.timers = np.concatenate(
-            [
-                _sum_in_turn(block)
-                for block in _by_size(np.where(garbage, 0.0, timers), plan.timer_runs)
-            ]
-            or [np.zeros((0, rows))]
-        )
         self.others = [item.values for item in others]  # type: ignore[union-attr]
+        unmonitored += [item.unmonitored[None] for item in others]  # type: ignore[union-attr]
+        invalid += [item.invalid[None] for item in others]  # type: ignore[union-attr]
         self.values = np.concatenate(
             [self.ints, self.timers, *(values[None] for values in self.others)], dtype=np.float64
         )
-        self.unmonitored = np.concatenate(
-            [
-                *_any_by_size(ints == -1, plan.integer_runs),
-                *_any_by_size(timers == -1, plan.timer_runs),
-                *(item.unmonitored[None] for item in others),  # type: ignore[union-attr]
-                np.zeros((0, rows), dtype=bool),
-            ]
-        )
-        self.invalid = np.concatenate(
-            [
-                np.zeros((len(plan.integers), rows), dtype=bool),
-                *_any_by_size(garbage, plan.timer_runs),
-                *(item.invalid[None] for item in others),  # type: ignore[union-attr]
-            ]
-        )
+        self.unmonitored = np.concatenate(unmonitored)
+        self.invalid = np.concatenate(invalid)
 
     def typed(self, row: int) -> np.ndarray:
         """An input's sums as Darshan counts them (integers stay integers)."""
@@ -1011,7 +1005,7 @@ def heatmap_columns(reads: np.ndarray, writes: np.ndarray, width: float) -> dict
     active = activity > 0
     active_bins = active.sum(axis=1)
     total_read, total_write = reads.sum(axis=1), writes.sum(axis=1)
-    total = activity.sum(axis=1)
+    total = total_read + total_write  # activity.sum(axis=1): integers
     if nbins:
         first = np.argmax(active, axis=1)
         last = nbins - 1 - np.argmax(active[:, ::-1], axis=1)
