@@ -155,7 +155,6 @@ def _record_points(
     with_na = (
         [any(row_codes) for row_codes in zip(*codes, strict=True)] if codes else [False] * len(kept)
     )
-    every_rows, shared_rows = (_by_record(raw, len(kept)) for raw in (every, shared))
     points = []
     for k in range(len(kept)):
         record_id = int(ids[k])
@@ -176,16 +175,13 @@ def _record_points(
         fields["bytes_read"] = int(moved_read[k])
         fields["bytes_written"] = int(moved_written[k])
         fields["io_time"] = float(io_time[k])
-        fields.update(zip(every, every_rows[k], strict=True))
+        for name, column in every.items():
+            fields[name] = column[k]
         if ranks[k] == -1:
-            fields.update(zip(shared, shared_rows[k], strict=True))
+            for name, column in shared.items():
+                fields[name] = column[k]
         points.append(Point("darshan_record", dict(tags), fields, start_ns + k))
     return points
-
-
-def _by_record(columns: dict[str, list], records: int) -> list[tuple]:
-    """Columns of values as one tuple per record (in the columns' order)."""
-    return list(zip(*columns.values(), strict=True)) if columns else [()] * records
 
 
 def _rank_points(signals: LogSignals, base_tags: dict[str, str], start_ns: int) -> list[Point]:
