@@ -1,8 +1,9 @@
 """Darshan signals spec v2.2: job, module, record (+ POSIX) and HEATMAP signals with NA reasons.
 
 Input is the common typed model, so binary and text logs give the same signals. Record signals
-are computed column-wise (numpy) because one job can have 100,000 records. Choices the spec
-leaves open are documented in README.md next to this file.
+are computed with numpy because one job can have 100,000 records, all of a module's formulas
+together (most modules have 1-10 records, where a numpy call costs more than its arithmetic).
+Choices the spec leaves open are documented in README.md next to this file.
 """
 
 from __future__ import annotations
@@ -564,9 +565,7 @@ def _plan(module: str, counters: tuple[str, ...], fcounters: tuple[str, ...]) ->
             [row[denominator] for _, _, denominator, *_ in ratios], dtype=np.intp
         ),
         scales=np.array([scale for *_, scale in ratios], dtype=np.float64).reshape(-1, 1),
-        zero_codes=np.array([[_CODE[zero] for *_, zero, _ in ratios]], dtype=np.uint8).reshape(
-            -1, 1
-        ),
+        zero_codes=np.array([_CODE[zero] for *_, zero, _ in ratios], np.uint8).reshape(-1, 1),
         missing=tuple(formula[0] for formula in formulas if formula not in ratios),
     )
 
@@ -759,7 +758,8 @@ def _ratios(inputs: _Inputs) -> dict[str, SignalColumn]:
     plan = inputs.plan
     out: dict[str, SignalColumn] = {}
     if plan.missing:
-        out.update(dict.fromkeys(plan.missing, _not_available(len(inputs.table))))  # read only
+        # one (read only) column for all of them
+        out.update(dict.fromkeys(plan.missing, _not_available(len(inputs.table))))
     if plan.ratios:
         pieces = [_block_ratios(block, plan) for block in inputs.blocks]
         values = _joined_rows([values for values, _ in pieces])
