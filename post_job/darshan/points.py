@@ -48,6 +48,8 @@ def top_record_rows(records: RecordSignals, top: int) -> np.ndarray:
     """Rows kept as points: the top-K by bytes moved, the top-K by I/O time, all shared files."""
     if len(records) == 0:
         return np.zeros(0, dtype=np.int64)
+    if top >= len(records):  # every record is in the top-K
+        return np.arange(len(records), dtype=np.int64)
     moved = records.bytes_read + records.bytes_written
     keep = np.flatnonzero(records.ranks == -1)
     if top > 0:
@@ -136,25 +138,25 @@ def _record_points(
     if not len(kept):
         return []
     table = signals.tables.get(records.module)
-    every, shared = record_columns(table) if table is not None else ({}, {})
-    rows = kept.tolist()
-    ranks, ids = records.ranks[kept].tolist(), records.record_ids[kept].tolist()
+    every, shared = record_columns(table, kept) if table is not None else ({}, {})
+    rows = kept if len(kept) < len(records) else slice(None)  # usually all of them
+    ranks, ids = records.ranks[rows].tolist(), records.record_ids[rows].tolist()
     moved_read, moved_written = (
-        records.bytes_read[kept].tolist(),
-        records.bytes_written[kept].tolist(),
+        records.bytes_read[rows].tolist(),
+        records.bytes_written[rows].tolist(),
     )
-    io_time = records.io_time[kept].tolist()
+    io_time = records.io_time[rows].tolist()
     tags = {**base_tags, "module": records.module}
     names = list(records.columns)
-    values = [column.values[kept].tolist() for column in records.columns.values()]
-    codes = [column.codes[kept].tolist() for column in records.columns.values()]
+    values = [column.values[rows].tolist() for column in records.columns.values()]
+    codes = [column.codes[rows].tolist() for column in records.columns.values()]
     # per kept record: its signal values, and whether any is NA (the rare slow path)
-    value_rows = list(zip(*values, strict=True)) if values else [()] * len(rows)
+    value_rows = list(zip(*values, strict=True)) if values else [()] * len(kept)
     with_na = (
-        [any(row_codes) for row_codes in zip(*codes, strict=True)] if codes else [False] * len(rows)
+        [any(row_codes) for row_codes in zip(*codes, strict=True)] if codes else [False] * len(kept)
     )
     points = []
-    for k, row in enumerate(rows):
+    for k in range(len(kept)):
         record_id = int(ids[k])
         if with_na[k]:  # _fields(records.row(row)), in one pass
             fields: dict[str, int | float | str] = {}
@@ -174,10 +176,10 @@ def _record_points(
         fields["bytes_written"] = int(moved_written[k])
         fields["io_time"] = float(io_time[k])
         for name, column in every.items():
-            fields[name] = column[row]
+            fields[name] = column[k]
         if ranks[k] == -1:
             for name, column in shared.items():
-                fields[name] = column[row]
+                fields[name] = column[k]
         points.append(Point("darshan_record", dict(tags), fields, start_ns + k))
     return points
 

@@ -20,7 +20,12 @@ import re
 import numpy as np
 
 from hpcmon.post_job.darshan.model import ModuleTable
-from hpcmon.post_job.darshan.signals import LAYOUTS, invalid_timer, is_timer
+from hpcmon.post_job.darshan.signals import (
+    LAYOUTS,
+    invalid_timer,
+    is_timer,
+    take_counter_matrices,
+)
 
 # Drishti 0.8's thresholds the folded rule inputs need (the report's rules use the same).
 SLOW_METADATA_SECONDS = 30.0  # a record with more metadata time than this is slow (P17)
@@ -61,8 +66,11 @@ def is_additive(name: str) -> bool:
 
 
 @functools.lru_cache(maxsize=64)
-def _additive(names: tuple[str, ...]) -> np.ndarray:
-    return np.array([is_additive(name) for name in names], dtype=bool)
+def _additive(names: tuple[str, ...]) -> tuple[np.ndarray, list[str]]:
+    """Which counters are additive, and their field names, once per module layout."""
+    keep = [is_additive(name) for name in names]
+    fields = [name.lower() for name, additive in zip(names, keep, strict=True) if additive]
+    return np.array(keep, dtype=bool), fields
 
 
 @functools.lru_cache(maxsize=64)
@@ -76,17 +84,17 @@ class _Clean:
     less than one per counter on the small tables most logs have."""
 
     def __init__(self, table: ModuleTable) -> None:
-        rows = len(table)
         self.int_names = tuple(table.counters)
         self.float_names = tuple(table.fcounters)
-        self.ints = _matrix(list(table.counters.values()), rows, np.int64)
-        np.clip(self.ints, 0, None, out=self.ints)
-        floats = _matrix(list(table.fcounters.values()), rows, np.float64)
+        ints, floats = take_counter_matrices(table)  # one row per counter: ours to change
         timers = _timers(self.float_names)
         if timers.any():
-            floats[:, timers] = np.where(invalid_timer(floats[:, timers]), 0.0, floats[:, timers])
-        np.clip(floats, 0, None, out=floats)
-        self.floats = floats
+            garbage = invalid_timer(floats[timers])
+            if garbage.any():
+                floats[timers] = np.where(garbage, 0.0, floats[timers])
+        np.maximum(ints, 0, out=ints)
+        np.maximum(floats, 0, out=floats)
+        self.ints, self.floats = ints.T, floats.T
         self.index = _index(self.int_names, self.float_names)
 
     def column(self, name: str) -> np.ndarray | None:
@@ -103,13 +111,6 @@ def _index(ints: tuple[str, ...], floats: tuple[str, ...]) -> dict[str, tuple[bo
     index = {name: (False, i) for i, name in enumerate(ints)}
     index.update({name: (True, i) for i, name in enumerate(floats)})
     return index
-
-
-def _matrix(columns: list[np.ndarray], rows: int, dtype) -> np.ndarray:
-    """The columns as one new (rows x columns) matrix (a transposed copy: one allocation)."""
-    if not columns:
-        return np.zeros((rows, 0), dtype=dtype)
-    return np.array(columns, dtype=dtype).T
 
 
 def _clean(table: ModuleTable) -> _Clean:
@@ -133,10 +134,8 @@ def counter_sums(table: ModuleTable) -> dict[str, int | float]:
         (matrices.int_names, matrices.ints),
         (matrices.float_names, matrices.floats),
     ):
-        keep = _additive(names)
-        sums = matrix[:, keep].sum(axis=0).tolist()
-        kept = [name.lower() for name, additive in zip(names, keep, strict=True) if additive]
-        out.update(zip(kept, sums, strict=True))
+        keep, fields = _additive(names)
+        out.update(zip(fields, matrix[:, keep].sum(axis=0).tolist(), strict=True))
     return out
 
 
@@ -148,37 +147,39 @@ def rule_inputs(table: ModuleTable) -> dict[str, int | float]:
     for direction in ("READS", "WRITES"):
         ops, seq = clean(table, f"POSIX_{direction}"), clean(table, f"POSIX_SEQ_{direction}")
         if ops is not None and seq is not None:
-            out[f"random_{direction.lower()}"] = int(np.clip(ops - seq, 0, None).sum())
+            out[f"random_{direction.lower()}"] = int(np.maximum(ops - seq, 0).sum())
     read = clean(table, "POSIX_BYTES_READ")
     high_read = clean(table, "POSIX_MAX_BYTE_READ")
     high_written = clean(table, "POSIX_MAX_BYTE_WRITTEN")
     if read is not None and high_read is not None and high_written is not None:
         extent = np.maximum(high_read, high_written) + 1
-        out["redundant_read_bytes"] = int(np.clip(read - extent, 0, None).sum())
+        out["redundant_read_bytes"] = int(np.maximum(read - extent, 0).sum())
     meta = clean(table, "POSIX_F_META_TIME")
     if meta is not None:
         out["slow_meta_records"] = int((meta > SLOW_METADATA_SECONDS).sum())
         out["max_record_meta_time"] = float(meta.max())
     own = table.ranks != -1
-    _, group = np.unique(table.record_ids[own], return_inverse=True)
+    ids = table.record_ids[own]
+    by_file = np.argsort(ids, kind="stable")  # the records of each file together, ids ascending
+    sorted_ids = ids[by_file]
+    starts = np.flatnonzero(np.concatenate(([True], sorted_ids[1:] != sorted_ids[:-1])))
     for direction in ("read", "written"):
         moved = clean(table, f"POSIX_BYTES_{direction.upper()}")
         if moved is None:
             continue
-        spread = _spread(moved[own].astype(np.float64), group) if own.any() else np.zeros(1)
+        values = moved[own][by_file].astype(np.float64)
+        spread = _spread(values, starts) if own.any() else np.zeros(1)
         name = "read" if direction == "read" else "write"
         out[f"rank_{name}_imbalance_files"] = int((spread > RANK_IMBALANCE).sum())
         out[f"max_rank_{name}_imbalance"] = float(spread.max())
     return out
 
 
-def _spread(values: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """(max - min) / max of the values of each group (0 where the max is 0)."""
-    groups = int(group.max()) + 1
-    high = np.full(groups, -np.inf)
-    low = np.full(groups, np.inf)
-    np.maximum.at(high, group, values)
-    np.minimum.at(low, group, values)
+def _spread(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """(max - min) / max of each run of values (one starting at each of ``starts``; 0 where
+    the max is 0)."""
+    high = np.maximum.reduceat(values, starts)
+    low = np.minimum.reduceat(values, starts)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(high > 0, (high - low) / high, 0.0)
 
@@ -218,14 +219,18 @@ _SHARED_COUNTERS: dict[str, tuple[str, ...]] = {
 RECORD_FIELDS = ("reads", "writes", *_RECORD_COUNTERS, *_SHARED_COUNTERS)
 
 
-def record_columns(table: ModuleTable) -> tuple[dict[str, list], dict[str, list]]:
-    """Per-record raw values as Python lists (all records; shared-only ones separately):
-    ``reads``/``writes`` (all of the module's read/write calls) and the columns above."""
+def record_columns(table: ModuleTable, rows: np.ndarray) -> tuple[dict[str, list], dict[str, list]]:
+    """The raw values of the given records (positions in the table, ascending), a Python list
+    per field (shared-only ones separately): ``reads``/``writes`` (all of the module's
+    read/write calls) and the columns above."""
     matrices = _clean(table)
     every, shared = _plan(table.module, matrices.int_names, matrices.float_names)
+    ints, floats = matrices.ints, matrices.floats
+    if len(rows) < len(table):  # only the records asked for
+        ints, floats = ints[rows], floats[rows]
 
     def values(in_floats: bool, columns: tuple[int, ...]) -> list:
-        matrix = matrices.floats if in_floats else matrices.ints
+        matrix = floats if in_floats else ints
         if len(columns) == 1:
             return matrix[:, columns[0]].tolist()
         return matrix[:, list(columns)].sum(axis=1).tolist()

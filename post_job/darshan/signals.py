@@ -1,8 +1,9 @@
 """Darshan signals spec v2.2: job, module, record (+ POSIX) and HEATMAP signals with NA reasons.
 
 Input is the common typed model, so binary and text logs give the same signals. Record signals
-are computed column-wise (numpy) because one job can have 100,000 records. Choices the spec
-leaves open are documented in README.md next to this file.
+are computed with numpy because one job can have 100,000 records, all of a module's formulas
+together (most modules have 1-10 records, where a numpy call costs more than its arithmetic).
+Choices the spec leaves open are documented in README.md next to this file.
 """
 
 from __future__ import annotations
@@ -203,14 +204,23 @@ class RecordSignals:
     def row(self, index: int) -> dict[str, Value]:
         lists = self.__dict__.get("_lists")
         if lists is None:  # columns as Python lists, once: rows are read one by one
-            lists = self.__dict__["_lists"] = [
-                (name, column.values.tolist(), column.codes.tolist())
-                for name, column in self.columns.items()
-            ]
-        return {
-            name: (_NA_BY_CODE[codes[index]] if codes[index] else values[index])
-            for name, values, codes in lists
-        }
+            lists = self.__dict__["_lists"] = _lists(self.columns)
+        return _row(lists, index)
+
+
+def _lists(columns: dict[str, SignalColumn]) -> list[tuple[str, list, list]]:
+    """Columns as Python lists (name, values, codes), to read many rows cheaply."""
+    return [
+        (name, column.values.tolist(), column.codes.tolist()) for name, column in columns.items()
+    ]
+
+
+def _row(lists: list[tuple[str, list, list]], index: int) -> dict[str, Value]:
+    """One row of ``_lists``: what ``SignalColumn.get`` gives for each column."""
+    return {
+        name: (_NA_BY_CODE[codes[index]] if codes[index] else values[index])
+        for name, values, codes in lists
+    }
 
 
 @dataclass
@@ -300,8 +310,9 @@ def compute_signals(log: DarshanLog) -> LogSignals:
     totals = dict.fromkeys(JOB_SIGNALS, 0)
     for name, table in tables.items():
         layout = LAYOUTS[name]
-        module_values, sums = _module_signals(table, layout)
-        inconsistent = inconsistencies(table, layout)
+        inputs = _Inputs(table)
+        module_values, sums = _module_signals(inputs, layout)
+        inconsistent = inconsistencies(inputs, layout)
         result.modules.append(
             ModuleSignals(name, len(table), table.partial, module_values, inconsistent)
         )
@@ -311,7 +322,7 @@ def compute_signals(log: DarshanLog) -> LogSignals:
                 f"{log.source}: module {name} has inconsistent counters: {inconsistent}"
                 f"{counted_note}; its module point has inconsistent=..."
             )
-        result.records.append(_record_signals(table, layout))
+        result.records.append(_record_signals(inputs, layout))
         if name in counted:
             for key in JOB_SIGNALS:
                 totals[key] += sums[key]
@@ -320,7 +331,7 @@ def compute_signals(log: DarshanLog) -> LogSignals:
     return result
 
 
-def inconsistencies(table: ModuleTable, layout: Layout) -> str:
+def inconsistencies(inputs: _Inputs, layout: Layout) -> str:
     """What contradicts itself in a module's counters, as ``check:records,...`` ("" when
     nothing): bytes moved with no operation counted, or a count below -1 (garbage)."""
     found = []
@@ -329,16 +340,22 @@ def inconsistencies(table: ModuleTable, layout: Layout) -> str:
         ("write", layout.bytes_written, layout.writes),
     )
     for direction, bytes_name, op_names in pairs:
-        moved, ops = _get(table, bytes_name), _get(table, op_names)
+        moved, ops = inputs.get(bytes_name), inputs.get(op_names)
         if moved is None or ops is None:
             continue
         bad = int(((moved.values > 0) & (ops.values == 0)).sum())
         if bad:
             found.append(f"{direction}_bytes_without_{direction}s:{bad}")
-    for name in (*layout.reads, *layout.writes, layout.bytes_read, layout.bytes_written):
-        column = table.column(name) if name else None
-        if column is not None and (column < -1).any():
-            found.append(f"{name.lower()}_below_-1:{int((column < -1).sum())}")
+    names = (*layout.reads, *layout.writes, layout.bytes_read, layout.bytes_written)
+    present = [(name, inputs.table.column(name)) for name in names if name]
+    present = [(name, column) for name, column in present if column is not None]
+    if present:  # the counters compared at once: one matrix
+        below = (np.array([column for _, column in present]) < -1).sum(axis=1).tolist()
+        found.extend(
+            f"{name.lower()}_below_-1:{count}"
+            for (name, _), count in zip(present, below, strict=True)
+            if count
+        )
     return ",".join(found)
 
 
@@ -364,12 +381,14 @@ def _canonical(table: ModuleTable) -> ModuleTable:
     )
 
 
-# ---------------------------------------------------------------- column helpers
+# ---------------------------------------------------------------- formula inputs
 
 
 class _Input:
     """A (possibly summed) counter column, where it was not monitored (-1), and where a timer
     in it holds garbage (negative, not finite, absurdly large)."""
+
+    __slots__ = ("values", "unmonitored", "invalid")
 
     def __init__(
         self, values: np.ndarray, unmonitored: np.ndarray, invalid: np.ndarray | None = None
@@ -377,14 +396,6 @@ class _Input:
         self.values = values
         self.unmonitored = unmonitored
         self.invalid = np.zeros(len(values), dtype=bool) if invalid is None else invalid
-        self._flags: tuple[bool, bool] | None = None
-
-    @property
-    def flags(self) -> tuple[bool, bool]:
-        """(any row not monitored, any row invalid), once: most inputs have neither."""
-        if self._flags is None:
-            self._flags = (bool(self.unmonitored.any()), bool(self.invalid.any()))
-        return self._flags
 
 
 def is_timer(name: str) -> bool:
@@ -393,25 +404,14 @@ def is_timer(name: str) -> bool:
 
 def invalid_timer(column: np.ndarray) -> np.ndarray:
     """Rows of a timer column that hold garbage (Darshan's -1 is "not monitored", not this)."""
-    if column.size and 0 <= column.min() and column.max() <= MAX_TIMER_SECONDS:
+    if not column.size or (0 <= column.min() and column.max() <= MAX_TIMER_SECONDS):
         return np.zeros(column.shape, dtype=bool)  # the usual case (NaN fails the test)
     with np.errstate(invalid="ignore"):
         return ~np.isfinite(column) | ((column < 0) & (column != -1)) | (column > MAX_TIMER_SECONDS)
 
 
-def _get(table: ModuleTable, names: tuple[str, ...] | str | None) -> _Input | None:
-    """Sum of the named counters per row; None if any is missing from this log."""
-    if names is None or names == ():
-        return None
-    if isinstance(names, str):
-        names = (names,)
-    cache = table.__dict__.setdefault("_inputs", {})  # the formulas share many inputs
-    if names not in cache:
-        cache[names] = _sum_columns(table, names)
-    return cache[names]
-
-
 def _sum_columns(table: ModuleTable, names: tuple[str, ...]) -> _Input | None:
+    """Sum of the named counters per row (garbage timers as 0); None if the log lacks one."""
     columns = [table.column(name) for name in names]
     if any(column is None for column in columns):
         return None
@@ -430,196 +430,470 @@ def _sum_columns(table: ModuleTable, names: tuple[str, ...]) -> _Input | None:
     return _Input(total, unmonitored, invalid)
 
 
+def _names(name: str | None) -> tuple[str, ...]:
+    """A layout's counter as a formula input (() = the module lacks it)."""
+    return () if name is None else (name,)
+
+
+def _posix(*names: str) -> tuple[str, ...]:
+    return tuple(f"POSIX_{name}" for name in names)
+
+
+# A ratio signal: (name, counters summed for the numerator, for the denominator, NA reason
+# when the denominator is <= 0, scale of the numerator).
+_Ratio = tuple[str, tuple[str, ...], tuple[str, ...], str, float]
+_POSIX_READS, _POSIX_WRITES = _posix("READS"), _posix("WRITES")
+_POSIX_IO = _posix("READS", "WRITES")
+_POSIX_META_OPS = _posix("OPENS", "STATS", "SEEKS", "FSYNCS", "FDSYNCS")
+_POSIX_RATIOS: tuple[_Ratio, ...] = (
+    ("seq_read_ratio", _posix("SEQ_READS"), _POSIX_READS, "no_reads", 1.0),
+    ("seq_write_ratio", _posix("SEQ_WRITES"), _POSIX_WRITES, "no_writes", 1.0),
+    ("consec_read_ratio", _posix("CONSEC_READS"), _POSIX_READS, "no_reads", 1.0),
+    ("consec_write_ratio", _posix("CONSEC_WRITES"), _POSIX_WRITES, "no_writes", 1.0),
+    ("seq_ratio", _posix("SEQ_READS", "SEQ_WRITES"), _POSIX_IO, "no_io", 1.0),
+    ("consec_ratio", _posix("CONSEC_READS", "CONSEC_WRITES"), _POSIX_IO, "no_io", 1.0),
+    ("meta_intensity", _POSIX_META_OPS, _POSIX_IO, "no_io", 1.0),
+    (
+        "meta_fraction",
+        _posix("F_META_TIME"),
+        _posix("F_READ_TIME", "F_WRITE_TIME", "F_META_TIME"),
+        "no_time",
+        1.0,
+    ),
+    ("unaligned_read_ratio", _posix("FILE_NOT_ALIGNED"), _POSIX_READS, "no_reads", 1.0),
+    ("unaligned_write_ratio", _posix("FILE_NOT_ALIGNED"), _POSIX_WRITES, "no_writes", 1.0),
+    (
+        "small_read_ratio",
+        _posix(*(f"SIZE_READ_{size}" for size in _SMALL_BINS)),
+        _POSIX_READS,
+        "no_reads",
+        1.0,
+    ),
+    (
+        "small_write_ratio",
+        _posix(*(f"SIZE_WRITE_{size}" for size in _SMALL_BINS)),
+        _POSIX_WRITES,
+        "no_writes",
+        1.0,
+    ),
+    # then kept for shared files only (_shared_only)
+    (
+        "rank_imbalance_ratio",
+        _posix("SLOWEST_RANK_BYTES"),
+        _posix("FASTEST_RANK_BYTES"),
+        "no_fastest_bytes",
+        1.0,
+    ),
+)
+
+
+@functools.cache
+def _ratio_formulas(module: str) -> tuple[_Ratio, ...]:
+    """The record signals of a module that are ratios of counter sums."""
+    layout = LAYOUTS[module]
+    bytes_read, bytes_written = _names(layout.bytes_read), _names(layout.bytes_written)
+    read_time, write_time = _names(layout.read_time), _names(layout.write_time)
+    reads, writes = layout.reads, layout.writes
+    formulas: tuple[_Ratio, ...] = (
+        ("read_bw", bytes_read, read_time, "no_read_time", 1 / MIB),
+        ("write_bw", bytes_written, write_time, "no_write_time", 1 / MIB),
+        ("read_iops", reads, read_time, "no_read_time", 1.0),
+        ("write_iops", writes, write_time, "no_write_time", 1.0),
+        ("avg_read_size", bytes_read, reads, "no_reads", 1.0),
+        ("avg_write_size", bytes_written, writes, "no_writes", 1.0),
+    )
+    return formulas + _POSIX_RATIOS if module == "POSIX" else formulas
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How ``_Inputs`` computes the inputs of a module's formulas, for one set of counter
+    names. Inputs made of integer counters come first, then those made of timers (each kind
+    taken as one matrix, its inputs by number of counters), then any other (no reader makes
+    one: integer and float counters summed) from ``_sum_columns``."""
+
+    integers: tuple[tuple[str, ...], ...]
+    timers: tuple[tuple[str, ...], ...]
+    others: tuple[tuple[str, ...], ...]
+    integer_runs: tuple[tuple[int, int], ...]  # (counters per input, inputs) of the integers
+    timer_runs: tuple[tuple[int, int], ...]
+    integer_rows: np.ndarray  # the integers' counters: rows of counter_matrices' integers
+    timer_rows: np.ndarray
+    row: dict[tuple[str, ...], int]  # input -> its row in the matrices of all inputs
+    ratios: tuple[str, ...]  # the ratio signals whose inputs the log has
+    numerators: np.ndarray  # rows of their inputs
+    denominators: np.ndarray
+    scales: np.ndarray  # ratios x 1
+    zero_codes: np.ndarray  # ratios x 1, uint8
+    missing: tuple[str, ...]  # the ratio signals whose inputs the log lacks
+
+
+# the inputs of a module's formulas that are not the ratios' (summed with them)
+_MORE_INPUTS = {"POSIX": (_posix("BYTES_READ", "BYTES_WRITTEN"),)}
+
+
+@functools.lru_cache(maxsize=64)
+def _plan(module: str, counters: tuple[str, ...], fcounters: tuple[str, ...]) -> _Plan:
+    ints, floats = set(counters), set(fcounters) - set(counters)  # table.column's order
+    formulas = _ratio_formulas(module)
+    wanted = [
+        names for _, numerator, denominator, *_ in formulas for names in (numerator, denominator)
+    ]
+    wanted += [_names(LAYOUTS[module].meta_time), *_MORE_INPUTS.get(module, ())]
+    integers, timers, others = [], [], []
+    for names in sorted(dict.fromkeys(names for names in wanted if names), key=len):
+        if all(name in ints and not is_timer(name) for name in names):
+            integers.append(names)
+        elif all(name in floats and is_timer(name) for name in names):
+            timers.append(names)
+        elif all(name in ints or name in floats for name in names):
+            others.append(names)
+    row = {names: i for i, names in enumerate([*integers, *timers, *others])}
+    ratios = [formula for formula in formulas if formula[1] in row and formula[2] in row]
+    return _Plan(
+        integers=tuple(integers),
+        timers=tuple(timers),
+        others=tuple(others),
+        integer_runs=_runs_of(integers),
+        timer_runs=_runs_of(timers),
+        integer_rows=_rows_of(integers, counters),
+        timer_rows=_rows_of(timers, fcounters),
+        row=row,
+        ratios=tuple(signal for signal, *_ in ratios),
+        numerators=np.array([row[numerator] for _, numerator, *_ in ratios], dtype=np.intp),
+        denominators=np.array(
+            [row[denominator] for _, _, denominator, *_ in ratios], dtype=np.intp
+        ),
+        scales=np.array([scale for *_, scale in ratios], dtype=np.float64).reshape(-1, 1),
+        zero_codes=np.array([_CODE[zero] for *_, zero, _ in ratios], np.uint8).reshape(-1, 1),
+        missing=tuple(formula[0] for formula in formulas if formula not in ratios),
+    )
+
+
+def _runs_of(inputs: list[tuple[str, ...]]) -> tuple[tuple[int, int], ...]:
+    """(counters per input, inputs) of each run of inputs with as many counters."""
+    sizes = [len(names) for names in inputs]
+    return tuple((size, sizes.count(size)) for size in dict.fromkeys(sizes))
+
+
+def _by_size(matrix: np.ndarray, runs: tuple[tuple[int, int], ...]) -> list[np.ndarray]:
+    """``matrix`` (the counters of inputs, one after the other) as one block per run of
+    inputs with as many counters: inputs x counters x records."""
+    blocks = []
+    start = 0
+    for size, count in runs:
+        blocks.append(matrix[start : start + size * count].reshape(count, size, matrix.shape[1]))
+        start += size * count
+    return blocks
+
+
+def _sum_in_turn(block: np.ndarray) -> np.ndarray:
+    """Float sums over the counters (axis 1) from 0, one counter after the other, as
+    ``_sum_columns`` adds them (a float sum depends on the order; 0.0 + -0.0 is 0.0)."""
+    total = block[:, 0] + 0.0
+    for counter in range(1, block.shape[1]):
+        total = total + block[:, counter]
+    return total
+
+
+def _any_by_size(flags: np.ndarray, runs: tuple[tuple[int, int], ...]) -> list[np.ndarray]:
+    """Where any counter of each input is flagged: ``flags`` holds the inputs' counters."""
+    return [
+        block[:, 0] if block.shape[1] == 1 else block.any(axis=1) for block in _by_size(flags, runs)
+    ]
+
+
+def _rows_of(inputs: list[tuple[str, ...]], counters: tuple[str, ...]) -> np.ndarray:
+    """The rows of the inputs' counters (input after input) in a matrix of ``counters``."""
+    row = {name: i for i, name in enumerate(counters)}
+    return np.array([row[name] for names in inputs for name in names], dtype=np.intp)
+
+
+def counter_matrices(table: ModuleTable) -> tuple[np.ndarray, np.ndarray]:
+    """The table's integer and float counters as two matrices, one row per counter (in the
+    order of ``table.counters`` and ``table.fcounters``), built once: for the signals, then
+    handed over to the points (``take_counter_matrices``)."""
+    found = table.__dict__.get("_counter_matrices")
+    if found is None:
+        found = table.__dict__["_counter_matrices"] = _matrices(table)
+    return found
+
+
+def take_counter_matrices(table: ModuleTable) -> tuple[np.ndarray, np.ndarray]:
+    """``counter_matrices`` for their last user, who may change them: no longer kept."""
+    found = table.__dict__.pop("_counter_matrices", None)
+    return _matrices(table) if found is None else found
+
+
+def _matrices(table: ModuleTable) -> tuple[np.ndarray, np.ndarray]:
+    rows = len(table)
+    return (
+        np.array(list(table.counters.values()), np.int64).reshape(len(table.counters), rows),
+        np.array(list(table.fcounters.values()), np.float64).reshape(len(table.fcounters), rows),
+    )
+
+
+class _Block:
+    """The formula inputs of (a piece of) a module table, as matrices with one row per input
+    (the plan's order): ``values`` as floats (for the ratios), ``unmonitored``, ``invalid``;
+    ``ints``, ``timers`` and ``others`` the sums as Darshan counts them."""
+
+    def __init__(self, table: ModuleTable, plan: _Plan) -> None:
+        rows = len(table)
+        all_ints, all_floats = counter_matrices(table)
+        self.ints, self.timers = np.zeros((0, rows), np.int64), np.zeros((0, rows))
+        unmonitored, invalid = [np.zeros((0, rows), bool)], [np.zeros((0, rows), bool)]
+        if plan.integers:
+            ints = all_ints[plan.integer_rows]
+            self.ints = np.concatenate(
+                [
+                    block[:, 0] if block.shape[1] == 1 else block.sum(axis=1)
+                    for block in _by_size(ints, plan.integer_runs)
+                ]
+            )
+            unmonitored += _any_by_size(ints == -1, plan.integer_runs)
+            invalid.append(np.zeros((len(plan.integers), rows), dtype=bool))
+        if plan.timers:
+            timers = all_floats[plan.timer_rows]
+            garbage = invalid_timer(timers)
+            clean = np.where(garbage, 0.0, timers)
+            self.timers = np.concatenate(
+                [_sum_in_turn(block) for block in _by_size(clean, plan.timer_runs)]
+            )
+            unmonitored += _any_by_size(timers == -1, plan.timer_runs)
+            invalid += _any_by_size(garbage, plan.timer_runs)
+        others = [_sum_columns(table, names) for names in plan.others]
+        self.others = [item.values for item in others]  # type: ignore[union-attr]
+        unmonitored += [item.unmonitored[None] for item in others]  # type: ignore[union-attr]
+        invalid += [item.invalid[None] for item in others]  # type: ignore[union-attr]
+        self.values = np.concatenate(
+            [self.ints, self.timers, *(values[None] for values in self.others)], dtype=np.float64
+        )
+        self.unmonitored = np.concatenate(unmonitored)
+        self.invalid = np.concatenate(invalid)
+
+    def typed(self, row: int) -> np.ndarray:
+        """An input's sums as Darshan counts them (integers stay integers)."""
+        if row < len(self.ints):
+            return self.ints[row]
+        row -= len(self.ints)
+        return self.timers[row] if row < len(self.timers) else self.others[row - len(self.timers)]
+
+
+# Records per piece of a table in whole-matrix operations: with more, the matrices of a module
+# with 100,000 records are far bigger than the CPU caches and the memory that the allocator
+# keeps, and the operations get slower than column by column.
+_PIECE = 8192
+
+
+def _pieces(table: ModuleTable) -> list[ModuleTable]:
+    """The table, or a big one's records in pieces of ``_PIECE`` (views)."""
+    if len(table) <= _PIECE:
+        return [table]
+    return [
+        ModuleTable(
+            table.module,
+            table.record_ids[part],
+            table.ranks[part],
+            {name: column[part] for name, column in table.counters.items()},
+            {name: column[part] for name, column in table.fcounters.items()},
+            table.partial,
+        )
+        for part in (slice(start, start + _PIECE) for start in range(0, len(table), _PIECE))
+    ]
+
+
+def _joined_rows(pieces: list[np.ndarray]) -> list[np.ndarray]:
+    """The rows of a matrix computed piece by piece (records along axis 1), one array each."""
+    if len(pieces) == 1:
+        return list(pieces[0])
+    return [np.concatenate(row) for row in zip(*pieces, strict=True)]
+
+
+class _Inputs:
+    """The inputs of one module table's formulas (sums of counters per record), computed
+    together: the same sums as ``_sum_columns``, in a few whole-matrix operations (on the 1-10
+    records of most modules a numpy call costs more than its arithmetic, and a module has some
+    20 inputs), for the table's pieces in turn."""
+
+    def __init__(self, table: ModuleTable) -> None:
+        self.table = table
+        self.plan = _plan(table.module, tuple(table.counters), tuple(table.fcounters))
+        self.blocks = [_Block(piece, self.plan) for piece in _pieces(table)]
+        self.found: dict[tuple[str, ...], _Input | None] = {}
+
+    def get(self, names: tuple[str, ...] | str | None) -> _Input | None:
+        """Sum of the named counters per row; None if any is missing from this log."""
+        if names is None or names == ():
+            return None
+        if isinstance(names, str):
+            names = (names,)
+        found = self.found.get(names, self)
+        if found is self:
+            row = self.plan.row.get(names)
+            if row is None:  # not an input of the formulas
+                found = _sum_columns(self.table, names)
+            elif len(self.blocks) == 1:
+                block = self.blocks[0]
+                found = _Input(block.typed(row), block.unmonitored[row], block.invalid[row])
+            else:
+                found = _Input(
+                    np.concatenate([block.typed(row) for block in self.blocks]),
+                    np.concatenate([block.unmonitored[row] for block in self.blocks]),
+                    np.concatenate([block.invalid[row] for block in self.blocks]),
+                )
+            self.found[names] = found
+        return found  # type: ignore[return-value]
+
+
 def _not_available(rows: int, integer: bool = False) -> SignalColumn:
     dtype = np.int64 if integer else np.float64
     codes = np.full(rows, _CODE["not_available"], np.uint8)
     return SignalColumn(np.zeros(rows, dtype=dtype), codes)
 
 
-def _ratio(
-    numerator: _Input | None,
-    denominator: _Input | None,
-    zero_reason: str,
-    scale: float = 1.0,
-    rows: int = 0,
-) -> SignalColumn:
-    """numerator * scale / denominator with NA(not_available|not_monitored|zero_reason)."""
-    if numerator is None or denominator is None:
-        return _not_available(rows)
-    num = numerator.values.astype(np.float64, copy=False)
-    if scale != 1.0:
-        num = num * scale
-    den = denominator.values.astype(np.float64, copy=False)
+def _ratios(inputs: _Inputs) -> dict[str, SignalColumn]:
+    """The module's ratio signals: numerator * scale / denominator, with NA(not_available |
+    not_monitored | invalid_time | its zero reason), all of them as one matrix, a row each."""
+    plan = inputs.plan
+    out: dict[str, SignalColumn] = {}
+    if plan.missing:
+        # one (read only) column for all of them
+        out.update(dict.fromkeys(plan.missing, _not_available(len(inputs.table))))
+    if plan.ratios:
+        pieces = [_block_ratios(block, plan) for block in inputs.blocks]
+        values = _joined_rows([values for values, _ in pieces])
+        codes = _joined_rows([codes for _, codes in pieces])
+        out.update(zip(plan.ratios, map(SignalColumn, values, codes), strict=True))
+    return out
+
+
+def _block_ratios(block: _Block, plan: _Plan) -> tuple[np.ndarray, np.ndarray]:
+    """The ratios of (a piece of) a table: values and NA codes, a row each."""
+    num = block.values[plan.numerators] * plan.scales
+    den = block.values[plan.denominators]
     positive = den > 0
     values = np.divide(num, den, out=np.zeros_like(num), where=positive)
-    codes = np.where(positive, 0, _CODE[zero_reason]).astype(np.uint8)
-    (num_unmonitored, num_invalid), (den_unmonitored, den_invalid) = (
-        numerator.flags,
-        denominator.flags,
-    )
-    if num_invalid or den_invalid:
-        codes[numerator.invalid | denominator.invalid] = _CODE["invalid_time"]
-    if num_unmonitored or den_unmonitored:
-        codes[numerator.unmonitored | denominator.unmonitored] = _CODE["not_monitored"]
-    return SignalColumn(values, codes)
-
-
-def _plus(*inputs: _Input | None) -> _Input | None:
-    if any(item is None for item in inputs):
-        return None
-    return _Input(
-        sum(item.values for item in inputs),  # type: ignore[union-attr]
-        np.logical_or.reduce([item.unmonitored for item in inputs]),  # type: ignore[union-attr]
-        np.logical_or.reduce([item.invalid for item in inputs]),  # type: ignore[union-attr]
-    )
+    codes = np.where(positive, np.uint8(0), plan.zero_codes)
+    for masks, code in ((block.invalid, "invalid_time"), (block.unmonitored, "not_monitored")):
+        if masks.any():
+            codes[masks[plan.numerators] | masks[plan.denominators]] = _CODE[code]
+    return values, codes
 
 
 # ---------------------------------------------------------------- record level
 
 
-def _record_signals(table: ModuleTable, layout: Layout) -> RecordSignals:
+def _record_signals(inputs: _Inputs, layout: Layout) -> RecordSignals:
+    table = inputs.table
     rows = len(table)
-    reads, writes = _get(table, layout.reads), _get(table, layout.writes)
-    bytes_read, bytes_written = _get(table, layout.bytes_read), _get(table, layout.bytes_written)
-    read_time, write_time = _get(table, layout.read_time), _get(table, layout.write_time)
-    columns = {
-        "read_bw": _ratio(bytes_read, read_time, "no_read_time", 1 / MIB, rows),
-        "write_bw": _ratio(bytes_written, write_time, "no_write_time", 1 / MIB, rows),
-        "read_iops": _ratio(reads, read_time, "no_read_time", rows=rows),
-        "write_iops": _ratio(writes, write_time, "no_write_time", rows=rows),
-        "avg_read_size": _ratio(bytes_read, reads, "no_reads", rows=rows),
-        "avg_write_size": _ratio(bytes_written, writes, "no_writes", rows=rows),
-    }
+    computed = _ratios(inputs)
+    names = RECORD_SIGNALS
     if table.module == "POSIX":
-        columns.update(_posix_signals(table))
+        computed.update(_posix_signals(inputs, computed["rank_imbalance_ratio"]))
+        names += POSIX_SIGNALS
+    bytes_read, bytes_written = inputs.get(layout.bytes_read), inputs.get(layout.bytes_written)
+    timers = [inputs.get(name) for name in (layout.read_time, layout.write_time, layout.meta_time)]
     zeros = np.zeros(rows)
-    io_time = sum(
-        (np.clip(item.values, 0, None) if item is not None else zeros)
-        for item in (read_time, write_time, _get(table, layout.meta_time))
-    )  # garbage timers were read as 0 by _get
+    # garbage timers were read as 0 by the inputs
+    io_time = sum((np.maximum(item.values, 0) if item is not None else zeros) for item in timers)
     return RecordSignals(
         module=table.module,
         record_ids=table.record_ids,
         ranks=table.ranks,
-        columns=columns,
-        bytes_read=np.clip(bytes_read.values, 0, None) if bytes_read else np.zeros(rows, np.int64),
+        columns={name: computed[name] for name in names},
+        bytes_read=np.maximum(bytes_read.values, 0) if bytes_read else np.zeros(rows, np.int64),
         bytes_written=(
-            np.clip(bytes_written.values, 0, None) if bytes_written else np.zeros(rows, np.int64)
+            np.maximum(bytes_written.values, 0) if bytes_written else np.zeros(rows, np.int64)
         ),
         io_time=np.asarray(io_time, dtype=np.float64),
     )
 
 
-def _posix_signals(table: ModuleTable) -> dict[str, SignalColumn]:
+def _posix_signals(inputs: _Inputs, imbalance: SignalColumn) -> dict[str, SignalColumn]:
+    """The POSIX record signals that are not plain ratios; ``imbalance`` is the ratio of the
+    slowest rank's bytes to the fastest's."""
+    table = inputs.table
     rows = len(table)
-
-    def get(*names: str) -> _Input | None:
-        return _get(table, tuple(f"POSIX_{name}" for name in names))
-
-    reads, writes = get("READS"), get("WRITES")
-    io_ops = _plus(reads, writes)
-    seq_reads, seq_writes = get("SEQ_READS"), get("SEQ_WRITES")
-    consec_reads, consec_writes = get("CONSEC_READS"), get("CONSEC_WRITES")
-    meta_ops = get("OPENS", "STATS", "SEEKS", "FSYNCS", "FDSYNCS")
-    total_time = get("F_READ_TIME", "F_WRITE_TIME", "F_META_TIME")
-    not_aligned = get("FILE_NOT_ALIGNED")
-    bytes_read, bytes_written = get("BYTES_READ"), get("BYTES_WRITTEN")
-    out = {
-        "seq_read_ratio": _ratio(seq_reads, reads, "no_reads", rows=rows),
-        "seq_write_ratio": _ratio(seq_writes, writes, "no_writes", rows=rows),
-        "consec_read_ratio": _ratio(consec_reads, reads, "no_reads", rows=rows),
-        "consec_write_ratio": _ratio(consec_writes, writes, "no_writes", rows=rows),
-        "seq_ratio": _ratio(_plus(seq_reads, seq_writes), io_ops, "no_io", rows=rows),
-        "consec_ratio": _ratio(_plus(consec_reads, consec_writes), io_ops, "no_io", rows=rows),
-    }
+    out = {}
+    meta_ops = inputs.get(_POSIX_META_OPS)
     if meta_ops is None:
         out["meta_ops"] = _not_available(rows, integer=True)
     else:
-        codes = np.where(meta_ops.unmonitored, _CODE["not_monitored"], 0).astype(np.uint8)
-        out["meta_ops"] = SignalColumn(meta_ops.values.astype(np.int64), codes)
-    out["meta_intensity"] = _ratio(meta_ops, io_ops, "no_io", rows=rows)
-    out["meta_fraction"] = _ratio(get("F_META_TIME"), total_time, "no_time", rows=rows)
-    out["unaligned_read_ratio"] = _ratio(not_aligned, reads, "no_reads", rows=rows)
-    out["unaligned_write_ratio"] = _ratio(not_aligned, writes, "no_writes", rows=rows)
-    small_reads = get(*(f"SIZE_READ_{size}" for size in _SMALL_BINS))
-    small_writes = get(*(f"SIZE_WRITE_{size}" for size in _SMALL_BINS))
-    out["small_read_ratio"] = _ratio(small_reads, reads, "no_reads", rows=rows)
-    out["small_write_ratio"] = _ratio(small_writes, writes, "no_writes", rows=rows)
-    out["reuse_proxy"] = _reuse_proxy(table, bytes_read, bytes_written, rows)
+        codes = np.where(meta_ops.unmonitored, np.uint8(_CODE["not_monitored"]), np.uint8(0))
+        out["meta_ops"] = SignalColumn(meta_ops.values.astype(np.int64, copy=False), codes)
+    moved = inputs.get(_posix("BYTES_READ", "BYTES_WRITTEN"))
+    out["reuse_proxy"] = _reuse_proxy(table, inputs.get(_posix("BYTES_READ")), moved)
+    # for shared (rank -1) records that moved bytes only
     shared = table.ranks == -1
-    moved = _plus(bytes_read, bytes_written)
-    out["rank_imbalance_ratio"] = _shared_only(
-        _ratio(get("SLOWEST_RANK_BYTES"), get("FASTEST_RANK_BYTES"), "no_fastest_bytes", rows=rows),
-        shared,
-        moved,
-    )
-    variance = get("F_VARIANCE_RANK_BYTES")
+    not_shared = ~shared
+    no_bytes = None if moved is None else (moved.values <= 0) & ~moved.unmonitored
+    out["rank_imbalance_ratio"] = _shared_only(imbalance, not_shared, no_bytes)
+    variance = inputs.get(_posix("F_VARIANCE_RANK_BYTES"))
     variance_column = (
         _not_available(rows)
         if variance is None
         else SignalColumn(
-            variance.values.astype(np.float64),
-            np.where(variance.unmonitored, _CODE["not_monitored"], 0).astype(np.uint8),
+            variance.values.astype(np.float64, copy=False),
+            np.where(variance.unmonitored, np.uint8(_CODE["not_monitored"]), np.uint8(0)),
         )
     )
-    out["bw_variance_proxy"] = _shared_only(variance_column, shared, moved)
+    out["bw_variance_proxy"] = _shared_only(variance_column, not_shared, no_bytes)
     out["is_shared"] = SignalColumn(shared.astype(np.int64), np.zeros(rows, np.uint8))
     return out
 
 
-def _reuse_proxy(table: ModuleTable, bytes_read, bytes_written, rows: int) -> SignalColumn:
-    """bytes_read / (max byte offset + 1): how often the file's extent was read over."""
+def _reuse_proxy(
+    table: ModuleTable, bytes_read: _Input | None, moved: _Input | None
+) -> SignalColumn:
+    """bytes_read / (max byte offset + 1): how often the file's extent was read over;
+    ``moved``: bytes read + written."""
     max_read, max_written = (
         table.column("POSIX_MAX_BYTE_READ"),
         table.column("POSIX_MAX_BYTE_WRITTEN"),
     )
-    if bytes_read is None or bytes_written is None or max_read is None or max_written is None:
-        return _not_available(rows)
+    if bytes_read is None or moved is None or max_read is None or max_written is None:
+        return _not_available(len(table))
     size = np.maximum(max_read, max_written).astype(np.float64) + 1
-    moved = bytes_read.values + bytes_written.values
-    known = (size > 0) & (moved > 0)
-    values = np.divide(bytes_read.values.astype(np.float64), size, out=np.zeros(rows), where=known)
-    codes = np.where(known, 0, _CODE["no_file_size"]).astype(np.uint8)
-    unmonitored = bytes_read.unmonitored | bytes_written.unmonitored
-    unmonitored |= (max_read == -1) & (max_written == -1)
-    codes[unmonitored] = _CODE["not_monitored"]
+    known = (size > 0) & (moved.values > 0)
+    values = np.divide(
+        bytes_read.values.astype(np.float64), size, out=np.zeros(len(table)), where=known
+    )
+    codes = np.where(known, np.uint8(0), np.uint8(_CODE["no_file_size"]))
+    codes[moved.unmonitored | ((max_read == -1) & (max_written == -1))] = _CODE["not_monitored"]
     return SignalColumn(values, codes)
 
 
-def _shared_only(column: SignalColumn, shared: np.ndarray, moved: _Input | None) -> SignalColumn:
+def _shared_only(
+    column: SignalColumn, not_shared: np.ndarray, no_bytes: np.ndarray | None
+) -> SignalColumn:
     """Spec: only for rank -1 records that moved bytes; NA(not_shared_file) / NA(no_bytes)."""
     codes = column.codes.copy()
-    if moved is not None:
-        no_bytes = (moved.values <= 0) & ~moved.unmonitored
-        codes[no_bytes & (codes == 0)] = _CODE["no_bytes"]
-        codes[no_bytes & (codes == _CODE["no_fastest_bytes"])] = _CODE["no_bytes"]
-    codes[~shared] = _CODE["not_shared_file"]
+    if no_bytes is not None:
+        codes[no_bytes & ((codes == 0) | (codes == _CODE["no_fastest_bytes"]))] = _CODE["no_bytes"]
+    codes[not_shared] = _CODE["not_shared_file"]
     return SignalColumn(column.values, codes)
 
 
 # ---------------------------------------------------------------- module level
 
 
-def _module_signals(table: ModuleTable, layout: Layout) -> tuple[dict[str, Value], dict]:
+def _module_signals(inputs: _Inputs, layout: Layout) -> tuple[dict[str, Value], dict]:
     """The spec's module signals; time = Darshan's agg_time_by_slowest (see README).
 
     A module sum with a -1 (not monitored) in any record is NA(not_monitored), as a record
     signal is; the job totals (``sums``) add the monitored values only.
     """
-    sums: dict[str, int] = {}
-
-    def total(key: str, names) -> int | NA:
-        found = _get(table, names)
-        if found is None:
-            sums[key] = 0
-            return NA("not_available")
-        sums[key] = int(np.clip(found.values, 0, None).sum())
-        return NA("not_monitored") if found.unmonitored.any() else sums[key]
-
-    reads, writes = total("total_reads", layout.reads), total("total_writes", layout.writes)
-    bytes_read = total("total_bytes_read", layout.bytes_read)
-    bytes_written = total("total_bytes_written", layout.bytes_written)
-    agg_time = _agg_time_by_slowest(table, layout)
+    names = {
+        "total_reads": layout.reads,
+        "total_writes": layout.writes,
+        "total_bytes_read": layout.bytes_read,
+        "total_bytes_written": layout.bytes_written,
+    }
+    sums, totals = _totals(inputs, names)
+    reads, writes = totals["total_reads"], totals["total_writes"]
+    bytes_read, bytes_written = totals["total_bytes_read"], totals["total_bytes_written"]
+    agg_time = _agg_time_by_slowest(inputs.table, layout)
     values: dict[str, Value] = {}
     values["read_bw"] = _scalar_ratio(bytes_read, agg_time, "no_time", 1 / MIB)
     values["write_bw"] = _scalar_ratio(bytes_written, agg_time, "no_time", 1 / MIB)
@@ -635,6 +909,32 @@ def _module_signals(table: ModuleTable, layout: Layout) -> tuple[dict[str, Value
     values["total_reads"] = reads
     values["total_writes"] = writes
     return values, sums
+
+
+def _totals(
+    inputs: _Inputs, names: dict[str, tuple[str, ...] | str | None]
+) -> tuple[dict[str, int], dict[str, int | NA]]:
+    """Each input summed over the records, clipped at 0 (the job totals' share), and as a
+    module signal: NA(not_available) when the log lacks a counter, NA(not_monitored) when
+    a record has -1."""
+    found = {key: inputs.get(counters) for key, counters in names.items()}
+    present = {key: item for key, item in found.items() if item is not None}
+    if present and all(item.values.dtype.kind == "i" for item in present.values()):  # at once
+        clipped = np.maximum(np.array([item.values for item in present.values()]), 0)
+        sums = dict(zip(present, clipped.sum(axis=1).tolist(), strict=True))
+        any_unmonitored = np.array([item.unmonitored for item in present.values()]).any(axis=1)
+        unmonitored = dict(zip(present, any_unmonitored.tolist(), strict=True))
+    else:
+        sums = {key: int(np.maximum(item.values, 0).sum()) for key, item in present.items()}
+        unmonitored = {key: bool(item.unmonitored.any()) for key, item in present.items()}
+    totals: dict[str, int | NA] = {}
+    for key in names:
+        if key not in present:
+            sums[key] = 0
+            totals[key] = NA("not_available")
+        else:
+            totals[key] = NA("not_monitored") if unmonitored[key] else sums[key]
+    return sums, totals
 
 
 def _first_na(*values: Value) -> NA | None:
@@ -660,11 +960,12 @@ def _agg_time_by_slowest(table: ModuleTable, layout: Layout) -> float | NA:
         return NA("not_available")
     shared = table.ranks < 0
     slowest = table.column(layout.slowest_rank_time) if layout.slowest_rank_time else None
-    used = [*timers, slowest[shared]] if slowest is not None else timers
-    if any((column == -1).any() for column in used):
-        return NA("not_monitored")
-    if any(invalid_timer(column).any() for column in used):
-        return NA("invalid_time")
+    used = np.concatenate([*timers, slowest[shared]] if slowest is not None else timers)
+    if not (used.size and 0 <= used.min() and used.max() <= MAX_TIMER_SECONDS):  # usually all fine
+        if (used == -1).any():
+            return NA("not_monitored")
+        if invalid_timer(used).any():
+            return NA("invalid_time")
     per_record = np.zeros(len(table))
     for timer in timers:
         per_record = per_record + timer
@@ -672,10 +973,12 @@ def _agg_time_by_slowest(table: ModuleTable, layout: Layout) -> float | NA:
         shared_time = float(slowest[shared].sum())
     else:
         shared_time = float(per_record[shared].sum())
-    unique_ranks = table.ranks[~shared]
+    own = ~shared
+    unique_ranks = table.ranks[own]
     if len(unique_ranks):
-        _, rank_index = np.unique(unique_ranks, return_inverse=True)
-        per_rank = np.bincount(rank_index, weights=per_record[~shared])
+        # the table is in canonical order: its own files' ranks ascending, one group each
+        rank_index = np.cumsum(np.concatenate(([False], unique_ranks[1:] != unique_ranks[:-1])))
+        per_rank = np.bincount(rank_index, weights=per_record[own])
         slowest_rank_time = max(0.0, float(per_rank.max()))
     else:
         slowest_rank_time = 0.0
@@ -683,9 +986,8 @@ def _agg_time_by_slowest(table: ModuleTable, layout: Layout) -> float | NA:
 
 
 def _scalar_ratio(numerator: Value, denominator: Value, zero_reason: str, scale=1.0) -> Value:
-    missing = _first_na(numerator, denominator)
-    if missing is not None:
-        return missing
+    if isinstance(numerator, NA) or isinstance(denominator, NA):
+        return _first_na(numerator, denominator)  # type: ignore[return-value]
     if denominator <= 0:
         return NA(zero_reason)
     return float(numerator) * scale / float(denominator)
@@ -694,22 +996,16 @@ def _scalar_ratio(numerator: Value, denominator: Value, zero_reason: str, scale=
 # ---------------------------------------------------------------- HEATMAP
 
 
-def heatmap_values(read_bins: np.ndarray, write_bins: np.ndarray, width: float) -> dict[str, Value]:
-    """The spec's 10 HEATMAP signals for one series of bins (bins hold bytes)."""
-    columns = heatmap_columns(np.atleast_2d(read_bins), np.atleast_2d(write_bins), width)
-    return {name: column.get(0) for name, column in columns.items()}
-
-
 def heatmap_columns(reads: np.ndarray, writes: np.ndarray, width: float) -> dict[str, SignalColumn]:
     """The 10 HEATMAP signals for many series at once: one row per rank, one column per bin."""
-    reads = np.clip(reads.astype(np.int64), 0, None)
-    writes = np.clip(writes.astype(np.int64), 0, None)
+    reads = np.maximum(reads.astype(np.int64, copy=False), 0)
+    writes = np.maximum(writes.astype(np.int64, copy=False), 0)
     activity = reads + writes
     rows, nbins = activity.shape
     active = activity > 0
     active_bins = active.sum(axis=1)
     total_read, total_write = reads.sum(axis=1), writes.sum(axis=1)
-    total = activity.sum(axis=1)
+    total = total_read + total_write  # activity.sum(axis=1): integers
     if nbins:
         first = np.argmax(active, axis=1)
         last = nbins - 1 - np.argmax(active[:, ::-1], axis=1)
@@ -756,7 +1052,7 @@ def _entropy_norm(bins: np.ndarray, totals: np.ndarray, nbins: int) -> np.ndarra
 def _heatmap_signals(log: DarshanLog, problems: list[str]):
     """Per-rank signals, and job signals on each submodule's bins summed over ranks."""
     groups_out: list[HeatmapRankSignals] = []
-    totals: list[HeatmapSignals] = []
+    job_series = []  # (submodule, record id, bin width, read bins, write bins) per submodule
     by_submodule: dict[str, list[HeatmapRecord]] = {}
     for record in sorted(log.heatmaps, key=lambda r: (r.submodule, r.rank)):
         by_submodule.setdefault(record.submodule, []).append(record)
@@ -781,15 +1077,25 @@ def _heatmap_signals(log: DarshanLog, problems: list[str]):
                 f"{log.source}: HEATMAP {submodule} ranks disagree on the bin width "
                 f"{widths}; the job series uses {width}"
             )
-        totals.append(
-            HeatmapSignals(
-                submodule,
-                -1,
-                records[0].record_id,
-                width,
-                read_sum,
-                write_sum,
-                heatmap_values(read_sum, write_sum, width),
-            )
-        )
-    return groups_out, totals
+        job_series.append((submodule, records[0].record_id, width, read_sum, write_sum))
+    return groups_out, _job_heatmaps(job_series)
+
+
+def _job_heatmaps(series: list[tuple[str, int, float, np.ndarray, np.ndarray]]):
+    """The job signals of each submodule's series, the series of one bin layout (nearly
+    always all of them) as one matrix."""
+    layouts: dict[tuple[int, str], list[int]] = {}
+    for i, (_, _, width, reads, _) in enumerate(series):
+        layouts.setdefault((len(reads), repr(width)), []).append(i)  # repr: 0.0 is not -0.0
+    values: dict[int, dict[str, Value]] = {}
+    for members in layouts.values():
+        _, _, width, first, _ = series[members[0]]
+        reads = np.array([series[i][3] for i in members]).reshape(len(members), len(first))
+        writes = np.array([series[i][4] for i in members]).reshape(len(members), len(first))
+        lists = _lists(heatmap_columns(reads, writes, width))
+        for row, i in enumerate(members):
+            values[i] = _row(lists, row)
+    return [
+        HeatmapSignals(submodule, -1, record_id, width, reads, writes, values[i])
+        for i, (submodule, record_id, width, reads, writes) in enumerate(series)
+    ]
