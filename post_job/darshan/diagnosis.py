@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from hpcmon.common.timeutil import seconds_to_ns
 from hpcmon.post_job.darshan.model import EARLIEST_START, DarshanLog
+from hpcmon.post_job.darshan.points import HEATMAP_BIN_MEASUREMENT
 from hpcmon.post_job.model import JobContext
 from hpcmon.post_job.points import FieldValue, Point
 from hpcmon.report.insights import HIGH, WARN, Insight, diagnose
@@ -40,7 +41,11 @@ def diagnosis_points(
 
     if not logs:
         return []
-    data = darshan_from_rows(rows_from_points(log_points))
+    # the heatmap bins (one point per bin) are read only by rules that also need Prometheus
+    # data, which the hook never has: not read back (they cost most of a small log's rows)
+    data = darshan_from_rows(
+        rows_from_points(p for p in log_points if p.measurement != HEATMAP_BIN_MEASUREMENT)
+    )
     if data is None:
         return []
     insights, _ = diagnose(JobData(job.job_id, job.cluster or "", darshan=data))

@@ -30,6 +30,8 @@ from hpcmon.post_job.darshan.signals import (
 )
 from hpcmon.post_job.points import Point
 
+HEATMAP_BIN_MEASUREMENT = "darshan_heatmap_bin"  # one point per bin: most points of a log
+
 
 def _fields(values: dict[str, Value]) -> dict[str, int | float | str]:
     fields: dict[str, int | float | str] = {}
@@ -115,7 +117,7 @@ def _bin_points(heatmap: HeatmapSignals, tags: dict[str, str], start_ns: int) ->
     reads, writes = heatmap.read_bins.tolist(), heatmap.write_bins.tolist()
     return [
         Point(
-            "darshan_heatmap_bin",
+            HEATMAP_BIN_MEASUREMENT,
             dict(tags),
             {"read_bytes": int(read), "write_bytes": int(written), "bin": k},
             start_ns + offset,

@@ -343,3 +343,24 @@ def test_the_hook_evaluates_every_darshan_rule_and_only_those() -> None:
     outside = {"target_dominated", "io_phase_target_spike", "energy_waiting_io", "python_hotspot"}
     assert {s.id for s in skipped} == outside
     assert len(RULES) - len(outside) == 18
+
+
+@pytest.mark.parametrize("stem", [E3SM, "runtime_and_dxt_heatmaps_diagonal_write_only"])
+def test_without_prometheus_no_rule_reads_the_heatmap_bins_the_diagnosis_skips(stem) -> None:
+    """diagnosis_points does not read the darshan_heatmap_bin points back (most of a small
+    log's points): that is only right while every rule that reads heatmaps needs Prometheus
+    data, which the hook never has. Reading the heatmaps here would fail the test."""
+    from hpcmon.report.darshan_log import darshan_from_logs
+    from hpcmon.report.insights import diagnose
+    from hpcmon.report.model import JobData
+
+    data, _ = darshan_from_logs([log_path(stem)])
+    assert data is not None and data.heatmaps  # the log has heatmap bins
+
+    def refuse():
+        raise AssertionError("a rule read the heatmaps without Prometheus data")
+
+    data.__dict__.pop("heatmaps", None)  # made on first read (a cached property)
+    data.read_heatmaps = refuse
+    insights, _ = diagnose(JobData("1", darshan=data))
+    assert insights  # the rules ran
