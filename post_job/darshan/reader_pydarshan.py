@@ -74,6 +74,24 @@ class _PackedTable:
 
 
 @dataclass
+class _Bins:
+    """A matrix of heatmap bins in few bytes to send: heatmaps are mostly zeros, so only the
+    non-zero bins and their flat positions when they are at most half of them."""
+
+    shape: tuple[int, ...]
+    values: np.ndarray  # every bin, or the non-zero ones (uint32 when they fit)
+    positions: np.ndarray | None = None  # of the non-zero ones, in the flat matrix
+
+    def matrix(self) -> np.ndarray:
+        """The bins as an int64 matrix."""
+        if self.positions is None:
+            return self.values.astype(np.int64)
+        bins = np.zeros(self.shape, dtype=np.int64)
+        bins.flat[self.positions] = self.values
+        return bins
+
+
+@dataclass
 class _PackedHeatmap:
     """The ranks of one HEATMAP submodule that have the same number of bins, as matrices."""
 
@@ -81,11 +99,11 @@ class _PackedHeatmap:
     record_id: int
     bin_width: float
     ranks: np.ndarray
-    reads: np.ndarray  # ranks x bins, int64
-    writes: np.ndarray
+    reads: _Bins  # ranks x bins
+    writes: _Bins
 
     def unpack(self) -> list[HeatmapRecord]:
-        reads, writes = self.reads.astype(np.int64), self.writes.astype(np.int64)
+        reads, writes = self.reads.matrix(), self.writes.matrix()
         submodule, record_id, width = self.submodule, self.record_id, self.bin_width
         return [
             HeatmapRecord(submodule, rank, record_id, width, read, written)
@@ -528,13 +546,20 @@ def _heatmap_block(heatmap) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     return np.array(ranks, dtype=np.int64), read, write
 
 
-def _compact(bins: np.ndarray, length: int) -> np.ndarray:
-    """Bins as uint32 when they fit (they usually do): half the bytes to send to the parent,
-    which widens them back to int64."""
+def _compact(bins: np.ndarray, length: int) -> _Bins:
+    """Bins as few bytes as they take to send to the parent (see ``_Bins``)."""
     bins = bins.reshape(-1, length)
-    if bins.size and 0 <= bins.min() and bins.max() <= np.iinfo(np.uint32).max:
-        return bins.astype(np.uint32)
-    return bins
+    positions = np.flatnonzero(bins != 0)  # on a mask: numpy's fast path, 7x faster
+    if 2 * positions.size <= bins.size:
+        return _Bins(bins.shape, _narrow(bins.ravel()[positions]), _narrow(positions))
+    return _Bins(bins.shape, _narrow(bins))
+
+
+def _narrow(numbers: np.ndarray) -> np.ndarray:
+    """As uint32 when they fit (they usually do): half the bytes of int64."""
+    if numbers.size and 0 <= numbers.min() and numbers.max() <= np.iinfo(np.uint32).max:
+        return numbers.astype(np.uint32)
+    return numbers
 
 
 def _heatmap_bins(heatmap):

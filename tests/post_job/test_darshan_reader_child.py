@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import time
 from functools import cache
 from pathlib import Path
 
+import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hpcmon.post_job.darshan import collect_darshan, reader_pydarshan
 from hpcmon.post_job.darshan.reader_pydarshan import read_darshan_log, read_darshan_logs_isolated
@@ -198,3 +202,35 @@ def test_a_process_forked_while_logs_are_read_ahead_reads_with_its_own_child():
     _intact(first, FIRST)
     _intact(second, SECOND)
     _intact(third, THIRD)
+
+
+# ---- heatmap bins are sent compactly (non-zero ones only when sparse); the parent gets them whole
+
+
+@st.composite
+def _bin_matrices(draw) -> np.ndarray:
+    ranks, bins = draw(st.integers(0, 12)), draw(st.integers(1, 12))
+    values = st.one_of(
+        st.just(0),  # heatmaps are mostly empty
+        st.integers(1, 2**32 - 1),
+        st.integers(-(2**63), 2**63 - 1),  # not seen in real logs: sent as they are
+    )
+    cells = draw(st.lists(values, min_size=ranks * bins, max_size=ranks * bins))
+    return np.array(cells, dtype=np.int64).reshape(ranks, bins)
+
+
+@given(_bin_matrices())
+def test_heatmap_bins_come_back_exactly(bins):
+    sent = reader_pydarshan._compact(bins, bins.shape[1])
+    got = pickle.loads(pickle.dumps(sent)).matrix()
+    assert got.dtype == np.int64 and got.shape == bins.shape
+    assert np.array_equal(got, bins)
+
+
+def test_sparse_heatmap_bins_are_sent_as_their_non_zero_bins():
+    bins = np.zeros((512, 114), dtype=np.int64)
+    bins[:, 7] = 316072  # one busy bin per rank, as in e3sm_io_heatmap_only
+    sparse = pickle.dumps(reader_pydarshan._compact(bins, 114))
+    bins[:, 8:] = 1  # most bins busy: sent whole
+    dense = pickle.dumps(reader_pydarshan._compact(bins, 114))
+    assert len(sparse) < 512 * 8 + 1000 < 512 * 114 * 4 < len(dense)
