@@ -234,3 +234,45 @@ def test_sparse_heatmap_bins_are_sent_as_their_non_zero_bins():
     bins[:, 8:] = 1  # most bins busy: sent whole
     dense = pickle.dumps(reader_pydarshan._compact(bins, 114))
     assert len(sparse) < 512 * 8 + 1000 < 512 * 114 * 4 < len(dense)
+
+
+def _gone(pid: int) -> bool:
+    """The process exited (a zombie left to whoever adopted it counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ("Z", "X")
+
+
+def test_a_reader_child_whose_caller_died_reads_no_further_log(monkeypatch, tmp_path):
+    opened = tmp_path / "opened"
+    real_open = reader_pydarshan._open_report
+
+    def recording_open(path: Path):
+        with opened.open("a") as record:
+            record.write(f"{path.name}\n")
+        if path == SECOND:
+            time.sleep(1.0)  # the caller dies meanwhile, with two more logs sent ahead
+        return real_open(path)
+
+    monkeypatch.setattr(reader_pydarshan, "_open_report", recording_open)
+    receive, send = os.pipe()
+    caller = os.fork()
+    if caller == 0:  # a caller that takes the first log and is killed
+        try:
+            reader_pydarshan.close_reader_child()
+            reading = read_darshan_logs_isolated([FIRST, SECOND, THIRD, FIRST])
+            next(reading)
+            os.write(send, str(reader_pydarshan._CHILD.pid).encode())
+        finally:
+            os._exit(0)
+    os.close(send)
+    with os.fdopen(receive) as answer:
+        reader = int(answer.read())
+    os.waitpid(caller, 0)
+    deadline = time.monotonic() + 30
+    while not _gone(reader) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(reader)  # it could not send the log it was reading, and stopped there
+    assert opened.read_text().split() == [FIRST.name, SECOND.name]
