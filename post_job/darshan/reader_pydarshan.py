@@ -45,8 +45,8 @@ from hpcmon.post_job.problems import SourceError
 _MAGIC_PREFIXES = (b"3.", b"2.")
 _CLOSE_TIMEOUT = 10.0  # seconds darshan_log_close may take
 # Logs sent to the child beyond the one the caller waits for: it reads them while the caller
-# works on the logs handed back (a job of 48 small logs: 1 gains half of what 8 gains; more
-# gain nothing).
+# works on the logs handed back (a job of 48 small logs: 1 gains less than half of what 8
+# gains; more gain nothing).
 _READ_AHEAD = 8
 
 
