@@ -48,6 +48,7 @@ _CLOSE_TIMEOUT = 10.0  # seconds darshan_log_close may take
 # works on the logs handed back (a job of 48 small logs: 1 gains less than half of what 8
 # gains; more gain nothing).
 _READ_AHEAD = 8
+_SPARSE_FROM = 4096  # heatmap bins in a matrix from which only the non-zero ones may be sent
 
 
 @dataclass
@@ -77,7 +78,8 @@ class _PackedTable:
 @dataclass
 class _Bins:
     """A matrix of heatmap bins in few bytes to send: heatmaps are mostly zeros, so only the
-    non-zero bins and their flat positions when they are at most half of them."""
+    non-zero bins and their flat positions when they are at most half of them (in a matrix of
+    ``_SPARSE_FROM`` bins or more: a smaller one costs less whole than as two arrays)."""
 
     shape: tuple[int, ...]
     values: np.ndarray  # every bin, or the non-zero ones (uint32 when they fit)
@@ -551,9 +553,10 @@ def _heatmap_block(heatmap) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
 def _compact(bins: np.ndarray, length: int) -> _Bins:
     """Bins as few bytes as they take to send to the parent (see ``_Bins``)."""
     bins = bins.reshape(-1, length)
-    positions = np.flatnonzero(bins != 0)  # on a mask: numpy's fast path, 7x faster
-    if 2 * positions.size <= bins.size:
-        return _Bins(bins.shape, _narrow(bins.ravel()[positions]), _narrow(positions))
+    if bins.size >= _SPARSE_FROM:
+        positions = np.flatnonzero(bins != 0)  # on a mask: numpy's fast path, 7x faster
+        if 2 * positions.size <= bins.size:
+            return _Bins(bins.shape, _narrow(bins.ravel()[positions]), _narrow(positions))
     return _Bins(bins.shape, _narrow(bins))
 
 

@@ -8,6 +8,7 @@ the child misbehave on chosen logs (the patches are in place before the child is
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import signal
@@ -210,13 +211,21 @@ def test_a_process_forked_while_logs_are_read_ahead_reads_with_its_own_child():
 @st.composite
 def _bin_matrices(draw) -> np.ndarray:
     ranks, bins = draw(st.integers(0, 12)), draw(st.integers(1, 12))
+    if draw(st.booleans()):  # big enough to be sent sparse
+        least = math.ceil(reader_pydarshan._SPARSE_FROM / bins)
+        ranks = draw(st.integers(least, least + 100))
     values = st.one_of(
         st.just(0),  # heatmaps are mostly empty
         st.integers(1, 2**32 - 1),
         st.integers(-(2**63), 2**63 - 1),  # not seen in real logs: sent as they are
     )
-    cells = draw(st.lists(values, min_size=ranks * bins, max_size=ranks * bins))
-    return np.array(cells, dtype=np.int64).reshape(ranks, bins)
+    matrix = np.zeros(ranks * bins, dtype=np.int64)
+    some = draw(st.lists(st.tuples(st.integers(0, max(0, matrix.size - 1)), values), max_size=60))
+    for position, value in some if matrix.size else ():
+        matrix[position] = value
+    if draw(st.booleans()):  # most bins busy
+        matrix[matrix == 0] = draw(values)
+    return matrix.reshape(ranks, bins)
 
 
 @given(_bin_matrices())
@@ -231,9 +240,11 @@ def test_sparse_heatmap_bins_are_sent_as_their_non_zero_bins():
     bins = np.zeros((512, 114), dtype=np.int64)
     bins[:, 7] = 316072  # one busy bin per rank, as in e3sm_io_heatmap_only
     sparse = pickle.dumps(reader_pydarshan._compact(bins, 114))
+    small = reader_pydarshan._compact(bins[:4], 114)  # a few ranks: sent whole all the same
     bins[:, 8:] = 1  # most bins busy: sent whole
     dense = pickle.dumps(reader_pydarshan._compact(bins, 114))
     assert len(sparse) < 512 * 8 + 1000 < 512 * 114 * 4 < len(dense)
+    assert small.positions is None and small.values.shape == (4, 114)
 
 
 def _gone(pid: int) -> bool:
