@@ -773,8 +773,13 @@ def _block_ratios(block: _Block, plan: _Plan) -> tuple[np.ndarray, np.ndarray]:
     num = block.values[plan.numerators] * plan.scales
     den = block.values[plan.denominators]
     positive = den > 0
-    values = np.divide(num, den, out=np.zeros_like(num), where=positive)
+    with np.errstate(over="ignore"):  # a garbage timer such as 1e-305 s: marked just below
+        values = np.divide(num, den, out=np.zeros_like(num), where=positive)
     codes = np.where(positive, np.uint8(0), plan.zero_codes)
+    overflow = ~np.isfinite(values)
+    if overflow.any():  # no finite ratio: the time (the only float divisor) is garbage
+        values[overflow] = 0.0
+        codes[overflow] = _CODE["invalid_time"]
     for masks, code in ((block.invalid, "invalid_time"), (block.unmonitored, "not_monitored")):
         if masks.any():
             codes[masks[plan.numerators] | masks[plan.denominators]] = _CODE[code]
@@ -990,7 +995,8 @@ def _scalar_ratio(numerator: Value, denominator: Value, zero_reason: str, scale=
         return _first_na(numerator, denominator)  # type: ignore[return-value]
     if denominator <= 0:
         return NA(zero_reason)
-    return float(numerator) * scale / float(denominator)
+    ratio = float(numerator) * scale / float(denominator)
+    return ratio if math.isfinite(ratio) else NA("invalid_time")  # as _block_ratios
 
 
 # ---------------------------------------------------------------- HEATMAP

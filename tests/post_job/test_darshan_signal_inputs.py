@@ -6,6 +6,8 @@ denominator with its NA reasons for a ratio."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -78,8 +80,12 @@ def reference_ratio(table: ModuleTable, formula) -> tuple[np.ndarray, np.ndarray
         return np.zeros(rows), np.full(rows, _CODE["not_available"], np.uint8)
     num = numerator.values.astype(np.float64) * scale
     den = denominator.values.astype(np.float64)
-    values = np.divide(num, den, out=np.zeros(rows), where=den > 0)
+    with np.errstate(over="ignore"):
+        values = np.divide(num, den, out=np.zeros(rows), where=den > 0)
     codes = np.where(den > 0, 0, _CODE[zero_reason]).astype(np.uint8)
+    overflow = ~np.isfinite(values)  # a ratio no float holds: the timer is garbage
+    values[overflow] = 0.0
+    codes[overflow] = _CODE["invalid_time"]
     codes[numerator.invalid | denominator.invalid] = _CODE["invalid_time"]
     codes[numerator.unmonitored | denominator.unmonitored] = _CODE["not_monitored"]
     return values, codes
@@ -115,3 +121,41 @@ def test_a_big_table_in_pieces_gives_the_same_inputs_and_ratios(table):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(signals, "_PIECE", 2)  # small tables take the path of big ones
         check(table)
+
+
+def test_a_ratio_no_float_holds_is_na_invalid_time_without_a_warning(tmp_path) -> None:
+    """A positive timer of 1e-305 s under 9e18 bytes: bytes/time overflows a double. The hook
+    says NA(invalid_time) for that record's and module's bandwidths (an infinite value would
+    be dropped from the line silently) and prints no numpy warning on stderr."""
+    import warnings
+    from pathlib import Path
+
+    from hpcmon.post_job.darshan import collect_darshan
+    from hpcmon.post_job.model import JobContext
+
+    source = Path(__file__).resolve().parents[1] / "data/darshan/text"
+    text = (source / "mpi-io-test-x86_64-3.5.0.txt").read_text()
+    for name, old, new in (
+        ("POSIX_BYTES_READ", "67108864", "9000000000000000000"),
+        ("POSIX_F_READ_TIME", "0.045976", "1e-305"),
+    ):
+        assert f"\t{name}\t{old}\t" in text
+        text = text.replace(f"\t{name}\t{old}\t", f"\t{name}\t{new}\t")
+    log = tmp_path / "hostile.txt"
+    log.write_text(text)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        output = collect_darshan([], [log], JobContext("1"))
+    assert not output.errors
+    shared = [
+        p
+        for p in output.points
+        if p.measurement == "darshan_record"
+        and p.tags["module"] == "POSIX"
+        and p.fields["rank"] == -1
+    ]
+    assert shared and all("read_bw:invalid_time" in p.fields["na_reasons"] for p in shared)
+    assert all("read_bw" not in p.fields for p in shared)
+    assert all(
+        math.isfinite(v) for p in output.points for v in p.fields.values() if isinstance(v, float)
+    )
