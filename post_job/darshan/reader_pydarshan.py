@@ -552,7 +552,7 @@ def _heatmap_block(heatmap) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
 
 def _compact(bins: np.ndarray, length: int) -> _Bins:
     """Bins as few bytes as they take to send to the parent (see ``_Bins``)."""
-    bins = bins.reshape(-1, length)
+    bins = bins.reshape(len(bins) if length == 0 else -1, length)  # -1 means nothing for 0 bins
     if bins.size >= _SPARSE_FROM:
         positions = np.flatnonzero(bins != 0)  # on a mask: numpy's fast path, 7x faster
         if 2 * positions.size <= bins.size:

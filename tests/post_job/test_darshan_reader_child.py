@@ -210,8 +210,8 @@ def test_a_process_forked_while_logs_are_read_ahead_reads_with_its_own_child():
 
 @st.composite
 def _bin_matrices(draw) -> np.ndarray:
-    ranks, bins = draw(st.integers(0, 12)), draw(st.integers(1, 12))
-    if draw(st.booleans()):  # big enough to be sent sparse
+    ranks, bins = draw(st.integers(0, 12)), draw(st.integers(0, 12))  # 0 bins: a hostile log
+    if bins and draw(st.booleans()):  # big enough to be sent sparse
         least = math.ceil(reader_pydarshan._SPARSE_FROM / bins)
         ranks = draw(st.integers(least, least + 100))
     values = st.one_of(
@@ -287,3 +287,29 @@ def test_a_reader_child_whose_caller_died_reads_no_further_log(monkeypatch, tmp_
         time.sleep(0.05)
     assert _gone(reader)  # it could not send the log it was reading, and stopped there
     assert opened.read_text().split() == [FIRST.name, SECOND.name]
+
+
+def test_a_heatmap_of_zero_bins_costs_nothing_else_of_the_log() -> None:
+    """A hostile HEATMAP whose ranks hold no bin at all: sent and unpacked as it is, and the
+    log's module points are still made (it used to fail the whole log with a ValueError)."""
+    from hpcmon.post_job.darshan import points_of_logs
+
+    log = read_darshan_log(log_path("treddy_runtime_heatmap_inactive_ranks"))
+    assert log.heatmaps
+    ranks = np.array(sorted({h.rank for h in log.heatmaps}), dtype=np.int64)
+    empty = np.zeros((len(ranks), 0), dtype=np.int64)
+    sent = reader_pydarshan._PackedHeatmap(
+        "STDIO",
+        log.heatmaps[0].record_id,
+        0.1,
+        ranks,
+        reader_pydarshan._compact(empty, 0),
+        reader_pydarshan._compact(empty, 0),
+    )
+    log.heatmaps = pickle.loads(pickle.dumps(sent)).unpack()
+    assert log.heatmaps and all(len(h.read_bins) == 0 for h in log.heatmaps)
+    output = points_of_logs([log], JobContext("1"))
+    assert not output.errors
+    measurements = {p.measurement for p in output.points}
+    assert {"darshan_job", "darshan_module", "darshan_heatmap"} <= measurements
+    assert "darshan_heatmap_bin" not in measurements
