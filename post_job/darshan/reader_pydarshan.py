@@ -502,8 +502,8 @@ def _read_heatmaps(path: Path, report, names: dict[int, str], problems) -> list[
                     record_id,
                     width,
                     ranks,
-                    _compact(reads, reads.shape[1]),
-                    _compact(writes, writes.shape[1]),
+                    _compact(reads),
+                    _compact(writes),
                 )
             )
             continue
@@ -516,15 +516,15 @@ def _read_heatmaps(path: Path, report, names: dict[int, str], problems) -> list[
                 reads = np.pad(reads, (0, length - len(reads)))
                 writes = np.pad(writes, (0, length - len(writes)))
             by_length.setdefault(length, []).append((int(rank), reads, writes))
-        for length, rows in by_length.items():
+        for rows in by_length.values():
             packed.append(
                 _PackedHeatmap(
                     submodule=str(submodule),
                     record_id=record_id,
                     bin_width=width,
                     ranks=np.array([rank for rank, _, _ in rows], dtype=np.int64),
-                    reads=_compact(np.array([r for _, r, _ in rows], dtype=np.int64), length),
-                    writes=_compact(np.array([w for _, _, w in rows], dtype=np.int64), length),
+                    reads=_compact(np.array([r for _, r, _ in rows], dtype=np.int64)),
+                    writes=_compact(np.array([w for _, _, w in rows], dtype=np.int64)),
                 )
             )
     return packed
@@ -550,9 +550,9 @@ def _heatmap_block(heatmap) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     return np.array(ranks, dtype=np.int64), read, write
 
 
-def _compact(bins: np.ndarray, length: int) -> _Bins:
-    """Bins as few bytes as they take to send to the parent (see ``_Bins``)."""
-    bins = bins.reshape(len(bins) if length == 0 else -1, length)  # -1 means nothing for 0 bins
+def _compact(bins: np.ndarray) -> _Bins:
+    """Bins (ranks x bins, any of them 0) as few bytes as they take to send to the parent
+    (see ``_Bins``)."""
     if bins.size >= _SPARSE_FROM:
         positions = np.flatnonzero(bins != 0)  # on a mask: numpy's fast path, 7x faster
         if 2 * positions.size <= bins.size:

@@ -230,7 +230,7 @@ def _bin_matrices(draw) -> np.ndarray:
 
 @given(_bin_matrices())
 def test_heatmap_bins_come_back_exactly(bins):
-    sent = reader_pydarshan._compact(bins, bins.shape[1])
+    sent = reader_pydarshan._compact(bins)
     got = pickle.loads(pickle.dumps(sent)).matrix()
     assert got.dtype == np.int64 and got.shape == bins.shape
     assert np.array_equal(got, bins)
@@ -239,10 +239,10 @@ def test_heatmap_bins_come_back_exactly(bins):
 def test_sparse_heatmap_bins_are_sent_as_their_non_zero_bins():
     bins = np.zeros((512, 114), dtype=np.int64)
     bins[:, 7] = 316072  # one busy bin per rank, as in e3sm_io_heatmap_only
-    sparse = pickle.dumps(reader_pydarshan._compact(bins, 114))
-    small = reader_pydarshan._compact(bins[:4], 114)  # a few ranks: sent whole all the same
+    sparse = pickle.dumps(reader_pydarshan._compact(bins))
+    small = reader_pydarshan._compact(bins[:4])  # a few ranks: sent whole all the same
     bins[:, 8:] = 1  # most bins busy: sent whole
-    dense = pickle.dumps(reader_pydarshan._compact(bins, 114))
+    dense = pickle.dumps(reader_pydarshan._compact(bins))
     assert len(sparse) < 512 * 8 + 1000 < 512 * 114 * 4 < len(dense)
     assert small.positions is None and small.values.shape == (4, 114)
 
@@ -303,8 +303,8 @@ def test_a_heatmap_of_zero_bins_costs_nothing_else_of_the_log() -> None:
         log.heatmaps[0].record_id,
         0.1,
         ranks,
-        reader_pydarshan._compact(empty, 0),
-        reader_pydarshan._compact(empty, 0),
+        reader_pydarshan._compact(empty),
+        reader_pydarshan._compact(empty),
     )
     log.heatmaps = pickle.loads(pickle.dumps(sent)).unpack()
     assert log.heatmaps and all(len(h.read_bins) == 0 for h in log.heatmaps)
