@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from functools import partial
 from itertools import repeat
 
@@ -106,19 +106,15 @@ _NUMBER = (int, float)
 _NUMBER_OR_NONE = {int, float, type(None)}
 
 
-def _floats(values: list[list], convert: Callable[[object], float]) -> np.ndarray:
-    """Lists of values as one float64 array; each value through ``convert`` only when one of
-    them is neither a number nor None (None is NaN in numpy)."""
+def _floats(values: list[list]) -> np.ndarray:
+    """Lists of values as one float64 array: absent, text or bool values are NaN (each value
+    is looked at only when one of them is neither a number nor None, which numpy makes NaN)."""
     types: set[type] = set()
     for part in values:
         types.update(map(type, part))
     if not types <= _NUMBER_OR_NONE:
-        values = [[convert(v) for v in part] for part in values]
+        values = [[v if type(v) in _NUMBER else np.nan for v in part] for part in values]
     return np.array(values, dtype=np.float64)
-
-
-def _number_or_nan(value) -> float:
-    return value if type(value) in _NUMBER else np.nan
 
 
 FEW_RECORDS = 8  # a table this small makes all its columns at once (see _read_columns)
@@ -130,9 +126,9 @@ def _read_columns(records: list[dict], name: str) -> dict[str, np.ndarray]:
     less than the many that the rules would ask for one at a time."""
     nan = np.nan  # a local: looked up once, not once per value
     if len(records) > FEW_RECORDS:
-        return {name: _floats([[r.get(name, nan) for r in records]], _number_or_nan)[0]}
+        return {name: _floats([[r.get(name, nan) for r in records]])[0]}
     by_record = [list(map(r.get, FILE_COLUMNS, repeat(nan))) for r in records]
-    by_column = _floats(by_record, _number_or_nan).T.copy()  # a contiguous row per column
+    by_column = _floats(by_record).T.copy()  # a contiguous row per column
     return dict(zip(FILE_COLUMNS, by_column, strict=True))
 
 
