@@ -49,6 +49,11 @@ _CLOSE_TIMEOUT = 10.0  # seconds darshan_log_close may take
 # gains; more gain nothing).
 _READ_AHEAD = 8
 _SPARSE_FROM = 4096  # heatmap bins in a matrix from which only the non-zero ones may be sent
+# A wait polls the pipe for up to this long before it sleeps: a small log's whole exchange
+# takes under a millisecond, and waking a sleeping process costs about 0.1 ms each time (more
+# on a virtual machine), a third of such a log's read. Only with two CPUs or more to run on:
+# with one, the spinning side would hold up the other.
+_SPIN_SECONDS = 0.002
 
 
 @dataclass
@@ -251,12 +256,13 @@ class _ReaderChild:
         self._started = 0.0  # when the child could start the first pending log
         self._stderr = tempfile.TemporaryFile()
         self._stderr_read = 0
+        self._spin = len(os.sched_getaffinity(0)) > 1
         self._conn, child_conn = Pipe(duplex=True)
         self.pid = os.fork()
         if self.pid == 0:  # the child: serve until the parent hangs up, never return
             try:
                 self._conn.close()
-                _serve(child_conn, self._stderr.fileno())
+                _serve(child_conn, self._stderr.fileno(), self._spin)
             finally:
                 os._exit(0)  # skip atexit handlers and destructors inherited from the parent
         child_conn.close()
@@ -292,7 +298,7 @@ class _ReaderChild:
         reply = closed = None
         hung = False
         try:
-            hung = not self._conn.poll(max(0.0, self._started + timeout - time.monotonic()))
+            hung = not _wait(self._conn, self._started + timeout, self._spin)
             if not hung:
                 reply = self._conn.recv()
         except (EOFError, OSError):  # the child died: it closed its end of the pipe
@@ -306,7 +312,7 @@ class _ReaderChild:
             return reply, False
         log = reply.unpack()  # while the child closes the log
         try:
-            hung = not self._conn.poll(_CLOSE_TIMEOUT)
+            hung = not _wait(self._conn, time.monotonic() + _CLOSE_TIMEOUT, self._spin)
             if not hung:
                 closed = self._conn.recv()  # the size of its stderr file once it closed the log
         except (EOFError, OSError):
@@ -325,6 +331,8 @@ class _ReaderChild:
         fd = self._stderr.fileno()
         if end is None:
             end = os.fstat(fd).st_size
+        if end == self._stderr_read:  # the usual case: nothing new
+            return []
         data = os.pread(fd, end - self._stderr_read, self._stderr_read)
         self._stderr_read = end
         lines = data.decode("utf-8", "replace").splitlines()
@@ -369,7 +377,25 @@ def _reap_exited() -> None:
             _EXITING.remove(pid)
 
 
-def _serve(conn: Connection, stderr_fd: int) -> None:
+def _wait(conn: Connection, deadline: float | None, spin: bool) -> bool:
+    """Whether ``conn`` has something to read (or its other end closed) by ``deadline``
+    (``time.monotonic``; None: no limit); ``spin``: poll for ``_SPIN_SECONDS`` first."""
+    if spin:
+        spin_end = time.monotonic() + _SPIN_SECONDS
+        if deadline is not None:
+            spin_end = min(spin_end, deadline)
+        while True:
+            if conn.poll():
+                return True
+            if time.monotonic() >= spin_end:
+                break
+            os.sched_yield()  # whatever else wants this CPU goes first
+    if deadline is None:
+        return conn.poll(None)
+    return conn.poll(max(0.0, deadline - time.monotonic()))
+
+
+def _serve(conn: Connection, stderr_fd: int, spin: bool) -> None:
     """The child's loop: read each log it is sent, send it back, close the log handle, then
     send the size of its stderr file (what it holds so far is about this log and earlier)."""
     faulthandler.disable()  # a crash here is reported by the parent, not dumped on stderr
@@ -377,6 +403,7 @@ def _serve(conn: Connection, stderr_fd: int) -> None:
     gc.freeze()  # the parent's objects: never scanned by the child's collector
     while True:
         try:
+            _wait(conn, None, spin)
             path = Path(conn.recv())
         except EOFError:
             return
@@ -460,7 +487,10 @@ def _read_module(path: Path, report, module: str, problems: list[str]) -> _Packe
 
     try:
         report.mod_read_all_records(module, dtype="numpy", warnings=False)
-        records = list(report.records[module])
+        collection = report.records[module]
+        # its records as PyDarshan keeps them (dicts): iterating the collection wraps each one
+        # in a new collection first, which costs more than reading it
+        records = list(getattr(collection, "_records", None) or collection)
         counter_names = list(backend.counter_names(module))
         fcounter_names = list(backend.fcounter_names(module))
     except Exception as exc:

@@ -171,6 +171,25 @@ def test_the_timeout_counts_from_when_the_child_could_start_the_log(misbehave):
     _intact(second, SECOND)
 
 
+@pytest.mark.parametrize("spin", [True, False])
+def test_a_wait_that_spins_first_still_ends_at_its_deadline(spin: bool) -> None:
+    """Spinning before sleeping changes when a wait notices data, never what it answers."""
+    from multiprocessing import Pipe
+
+    ours, theirs = Pipe(duplex=True)
+    started = time.monotonic()
+    assert not reader_pydarshan._wait(ours, started + 0.3, spin)  # nothing comes: False ...
+    assert time.monotonic() - started >= 0.3  # ... at the deadline, not before
+    assert not reader_pydarshan._wait(ours, started, spin)  # a deadline already past
+    theirs.send("log")
+    assert reader_pydarshan._wait(ours, None, spin)
+    assert ours.recv() == "log"
+    theirs.close()  # the other end gone: the wait ends and the read says so
+    assert reader_pydarshan._wait(ours, None, spin)
+    with pytest.raises(EOFError):
+        ours.recv()
+
+
 def test_a_call_left_early_does_not_hand_its_logs_to_the_next_call():
     reading = read_darshan_logs_isolated([FIRST, SECOND, THIRD])
     next(reading)
