@@ -311,7 +311,8 @@ def compute_signals(log: DarshanLog) -> LogSignals:
     for name, table in tables.items():
         layout = LAYOUTS[name]
         inputs = _Inputs(table)
-        module_values, sums = _module_signals(inputs, layout)
+        records = _record_signals(inputs, layout)
+        module_values, sums = _module_signals(inputs, layout, records.io_time)
         inconsistent = inconsistencies(inputs, layout)
         result.modules.append(
             ModuleSignals(name, len(table), table.partial, module_values, inconsistent)
@@ -322,7 +323,7 @@ def compute_signals(log: DarshanLog) -> LogSignals:
                 f"{log.source}: module {name} has inconsistent counters: {inconsistent}"
                 f"{counted_note}; its module point has inconsistent=..."
             )
-        result.records.append(_record_signals(inputs, layout))
+        result.records.append(records)
         if name in counted:
             for key in JOB_SIGNALS:
                 totals[key] += sums[key]
@@ -346,6 +347,8 @@ def inconsistencies(inputs: _Inputs, layout: Layout) -> str:
         bad = int(((moved.values > 0) & (ops.values == 0)).sum())
         if bad:
             found.append(f"{direction}_bytes_without_{direction}s:{bad}")
+    if not any((matrix < -1).any() for matrix in counter_matrices(inputs.table)):
+        return ",".join(found)  # no counter below -1 at all (the usual case)
     names = (*layout.reads, *layout.writes, layout.bytes_read, layout.bytes_written)
     present = [(name, inputs.table.column(name)) for name in names if name]
     present = [(name, column) for name, column in present if column is not None]
@@ -361,8 +364,8 @@ def inconsistencies(inputs: _Inputs, layout: Layout) -> str:
 
 def _canonical(table: ModuleTable) -> ModuleTable:
     """Rows sorted by (rank, record_id), so sums do not depend on the reader's record order."""
-    order = np.lexsort((table.record_ids, table.ranks))
-    if (order[1:] > order[:-1]).all():  # already in order (the usual case): no copies
+    order = None if len(table) < 2 else np.lexsort((table.record_ids, table.ranks))
+    if order is None or (order[1:] > order[:-1]).all():  # in order (the usual case): no copies
         return ModuleTable(
             table.module,
             table.record_ids,
@@ -445,6 +448,8 @@ _Ratio = tuple[str, tuple[str, ...], tuple[str, ...], str, float]
 _POSIX_READS, _POSIX_WRITES = _posix("READS"), _posix("WRITES")
 _POSIX_IO = _posix("READS", "WRITES")
 _POSIX_META_OPS = _posix("OPENS", "STATS", "SEEKS", "FSYNCS", "FDSYNCS")
+_POSIX_BYTES_READ, _POSIX_MOVED = _posix("BYTES_READ"), _posix("BYTES_READ", "BYTES_WRITTEN")
+_POSIX_VARIANCE = _posix("F_VARIANCE_RANK_BYTES")
 _POSIX_RATIOS: tuple[_Ratio, ...] = (
     ("seq_read_ratio", _posix("SEQ_READS"), _POSIX_READS, "no_reads", 1.0),
     ("seq_write_ratio", _posix("SEQ_WRITES"), _POSIX_WRITES, "no_writes", 1.0),
@@ -529,7 +534,7 @@ class _Plan:
 
 
 # the inputs of a module's formulas that are not the ratios' (summed with them)
-_MORE_INPUTS = {"POSIX": (_posix("BYTES_READ", "BYTES_WRITTEN"),)}
+_MORE_INPUTS = {"POSIX": (_POSIX_MOVED,)}
 
 
 @functools.lru_cache(maxsize=64)
@@ -776,8 +781,9 @@ def _block_ratios(block: _Block, plan: _Plan) -> tuple[np.ndarray, np.ndarray]:
     with np.errstate(over="ignore"):  # a garbage timer such as 1e-305 s: marked just below
         values = np.divide(num, den, out=np.zeros_like(num), where=positive)
     codes = np.where(positive, np.uint8(0), plan.zero_codes)
-    overflow = ~np.isfinite(values)
-    if overflow.any():  # no finite ratio: the time (the only float divisor) is garbage
+    finite = np.isfinite(values)
+    if not finite.all():  # no finite ratio: the time (the only float divisor) is garbage
+        overflow = ~finite
         values[overflow] = 0.0
         codes[overflow] = _CODE["invalid_time"]
     for masks, code in ((block.invalid, "invalid_time"), (block.unmonitored, "not_monitored")):
@@ -827,14 +833,14 @@ def _posix_signals(inputs: _Inputs, imbalance: SignalColumn) -> dict[str, Signal
     else:
         codes = np.where(meta_ops.unmonitored, np.uint8(_CODE["not_monitored"]), np.uint8(0))
         out["meta_ops"] = SignalColumn(meta_ops.values.astype(np.int64, copy=False), codes)
-    moved = inputs.get(_posix("BYTES_READ", "BYTES_WRITTEN"))
-    out["reuse_proxy"] = _reuse_proxy(table, inputs.get(_posix("BYTES_READ")), moved)
+    moved = inputs.get(_POSIX_MOVED)
+    out["reuse_proxy"] = _reuse_proxy(table, inputs.get(_POSIX_BYTES_READ), moved)
     # for shared (rank -1) records that moved bytes only
     shared = table.ranks == -1
     not_shared = ~shared
     no_bytes = None if moved is None else (moved.values <= 0) & ~moved.unmonitored
     out["rank_imbalance_ratio"] = _shared_only(imbalance, not_shared, no_bytes)
-    variance = inputs.get(_posix("F_VARIANCE_RANK_BYTES"))
+    variance = inputs.get(_POSIX_VARIANCE)
     variance_column = (
         _not_available(rows)
         if variance is None
@@ -883,8 +889,11 @@ def _shared_only(
 # ---------------------------------------------------------------- module level
 
 
-def _module_signals(inputs: _Inputs, layout: Layout) -> tuple[dict[str, Value], dict]:
-    """The spec's module signals; time = Darshan's agg_time_by_slowest (see README).
+def _module_signals(
+    inputs: _Inputs, layout: Layout, io_time: np.ndarray
+) -> tuple[dict[str, Value], dict]:
+    """The spec's module signals; time = Darshan's agg_time_by_slowest (see README), from
+    ``io_time``, the records' read + write + meta time.
 
     A module sum with a -1 (not monitored) in any record is NA(not_monitored), as a record
     signal is; the job totals (``sums``) add the monitored values only.
@@ -898,7 +907,7 @@ def _module_signals(inputs: _Inputs, layout: Layout) -> tuple[dict[str, Value], 
     sums, totals = _totals(inputs, names)
     reads, writes = totals["total_reads"], totals["total_writes"]
     bytes_read, bytes_written = totals["total_bytes_read"], totals["total_bytes_written"]
-    agg_time = _agg_time_by_slowest(inputs.table, layout)
+    agg_time = _agg_time_by_slowest(inputs.table, layout, io_time)
     values: dict[str, Value] = {}
     values["read_bw"] = _scalar_ratio(bytes_read, agg_time, "no_time", 1 / MIB)
     values["write_bw"] = _scalar_ratio(bytes_written, agg_time, "no_time", 1 / MIB)
@@ -951,9 +960,10 @@ def _first_na(*values: Value) -> NA | None:
     return missing[0] if missing else None
 
 
-def _agg_time_by_slowest(table: ModuleTable, layout: Layout) -> float | NA:
+def _agg_time_by_slowest(table: ModuleTable, layout: Layout, io_time: np.ndarray) -> float | NA:
     """darshan-util's accumulator: slowest rank's time on its own files + for each shared file
-    its slowest rank's time. NA(not_available) when the module has no read/write timers."""
+    its slowest rank's time (``io_time``: each record's read + write + meta time).
+    NA(not_available) when the module has no read/write timers."""
     if layout.read_time is None and layout.write_time is None:
         return NA("not_available")
     timers = [
@@ -971,9 +981,7 @@ def _agg_time_by_slowest(table: ModuleTable, layout: Layout) -> float | NA:
             return NA("not_monitored")
         if invalid_timer(used).any():
             return NA("invalid_time")
-    per_record = np.zeros(len(table))
-    for timer in timers:
-        per_record = per_record + timer
+    per_record = io_time  # the timers' sum, none of them garbage or -1 here
     if slowest is not None:
         shared_time = float(slowest[shared].sum())
     else:
