@@ -520,8 +520,9 @@ class _Plan:
     integers: tuple[tuple[str, ...], ...]
     timers: tuple[tuple[str, ...], ...]
     others: tuple[tuple[str, ...], ...]
-    integer_runs: tuple[tuple[int, int], ...]  # (counters per input, inputs) of the integers
-    timer_runs: tuple[tuple[int, int], ...]
+    integer_starts: np.ndarray  # each input's first counter: its row in integer_rows
+    timer_starts: np.ndarray
+    timer_runs: tuple[tuple[int, int], ...]  # (counters per input, inputs) of the timers
     integer_rows: np.ndarray  # the integers' counters: rows of counter_matrices' integers
     timer_rows: np.ndarray
     row: dict[tuple[str, ...], int]  # input -> its row in the matrices of all inputs
@@ -559,7 +560,8 @@ def _plan(module: str, counters: tuple[str, ...], fcounters: tuple[str, ...]) ->
         integers=tuple(integers),
         timers=tuple(timers),
         others=tuple(others),
-        integer_runs=_runs_of(integers),
+        integer_starts=_starts_of(integers),
+        timer_starts=_starts_of(timers),
         timer_runs=_runs_of(timers),
         integer_rows=_rows_of(integers, counters),
         timer_rows=_rows_of(timers, fcounters),
@@ -573,6 +575,12 @@ def _plan(module: str, counters: tuple[str, ...], fcounters: tuple[str, ...]) ->
         zero_codes=np.array([_CODE[zero] for *_, zero, _ in ratios], np.uint8).reshape(-1, 1),
         missing=tuple(formula[0] for formula in formulas if formula not in ratios),
     )
+
+
+def _starts_of(inputs: list[tuple[str, ...]]) -> np.ndarray:
+    """Where each input's counters start among all the inputs' counters (``reduceat``'s)."""
+    bounds = np.cumsum([0, *(len(names) for names in inputs)], dtype=np.intp)
+    return bounds[:-1]  # the last one is where the counters end
 
 
 def _runs_of(inputs: list[tuple[str, ...]]) -> tuple[tuple[int, int], ...]:
@@ -599,13 +607,6 @@ def _sum_in_turn(block: np.ndarray) -> np.ndarray:
     for counter in range(1, block.shape[1]):
         total = total + block[:, counter]
     return total
-
-
-def _any_by_size(flags: np.ndarray, runs: tuple[tuple[int, int], ...]) -> list[np.ndarray]:
-    """Where any counter of each input is flagged: ``flags`` holds the inputs' counters."""
-    return [
-        block[:, 0] if block.shape[1] == 1 else block.any(axis=1) for block in _by_size(flags, runs)
-    ]
 
 
 def _rows_of(inputs: list[tuple[str, ...]], counters: tuple[str, ...]) -> np.ndarray:
@@ -648,15 +649,12 @@ class _Block:
         all_ints, all_floats = counter_matrices(table)
         self.ints, self.timers = np.zeros((0, rows), np.int64), np.zeros((0, rows))
         unmonitored, invalid = [np.zeros((0, rows), bool)], [np.zeros((0, rows), bool)]
+        # reduceat: each input's counters (rows one after the other) at once, in one call;
+        # exact on integers and flags only (it does not add floats in turn)
         if plan.integers:
             ints = all_ints[plan.integer_rows]
-            self.ints = np.concatenate(
-                [
-                    block[:, 0] if block.shape[1] == 1 else block.sum(axis=1)
-                    for block in _by_size(ints, plan.integer_runs)
-                ]
-            )
-            unmonitored += _any_by_size(ints == -1, plan.integer_runs)
+            self.ints = np.add.reduceat(ints, plan.integer_starts)
+            unmonitored.append(np.logical_or.reduceat(ints == -1, plan.integer_starts))
             invalid.append(np.zeros((len(plan.integers), rows), dtype=bool))
         if plan.timers:
             timers = all_floats[plan.timer_rows]
@@ -665,8 +663,8 @@ class _Block:
             self.timers = np.concatenate(
                 [_sum_in_turn(block) for block in _by_size(clean, plan.timer_runs)]
             )
-            unmonitored += _any_by_size(timers == -1, plan.timer_runs)
-            invalid += _any_by_size(garbage, plan.timer_runs)
+            unmonitored.append(np.logical_or.reduceat(timers == -1, plan.timer_starts))
+            invalid.append(np.logical_or.reduceat(garbage, plan.timer_starts))
         others = [_sum_columns(table, names) for names in plan.others]
         self.others = [item.values for item in others]  # type: ignore[union-attr]
         unmonitored += [item.unmonitored[None] for item in others]  # type: ignore[union-attr]
