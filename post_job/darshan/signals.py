@@ -863,11 +863,9 @@ def _reuse_proxy(
     )
     if bytes_read is None or moved is None or max_read is None or max_written is None:
         return _not_available(len(table))
-    size = np.maximum(max_read, max_written).astype(np.float64) + 1
+    size = np.maximum(max_read, max_written) + 1.0  # floats
     known = (size > 0) & (moved.values > 0)
-    values = np.divide(
-        bytes_read.values.astype(np.float64), size, out=np.zeros(len(table)), where=known
-    )
+    values = np.divide(bytes_read.values, size, out=np.zeros(len(table)), where=known)
     codes = np.where(known, np.uint8(0), np.uint8(_CODE["no_file_size"]))
     codes[moved.unmonitored | ((max_read == -1) & (max_written == -1))] = _CODE["not_monitored"]
     return SignalColumn(values, codes)
@@ -973,15 +971,16 @@ def _agg_time_by_slowest(table: ModuleTable, layout: Layout, io_time: np.ndarray
         return NA("not_available")
     shared = table.ranks < 0
     slowest = table.column(layout.slowest_rank_time) if layout.slowest_rank_time else None
-    used = np.concatenate([*timers, slowest[shared]] if slowest is not None else timers)
+    slowest_shared = slowest[shared] if slowest is not None else None
+    used = np.concatenate([*timers, slowest_shared] if slowest_shared is not None else timers)
     if not (used.size and 0 <= used.min() and used.max() <= MAX_TIMER_SECONDS):  # usually all fine
         if (used == -1).any():
             return NA("not_monitored")
         if invalid_timer(used).any():
             return NA("invalid_time")
     per_record = io_time  # the timers' sum, none of them garbage or -1 here
-    if slowest is not None:
-        shared_time = float(slowest[shared].sum())
+    if slowest_shared is not None:
+        shared_time = float(slowest_shared.sum())
     else:
         shared_time = float(per_record[shared].sum())
     own = ~shared
@@ -1029,8 +1028,8 @@ def heatmap_columns(reads: np.ndarray, writes: np.ndarray, width: float) -> dict
         first = last = peak_bin = peak_value = np.zeros(rows, dtype=np.int64)
     has_width = width > 0 and math.isfinite(width)
     no_io = np.where(active_bins == 0, np.uint8(_CODE["no_io"]), np.uint8(0))
-    no_width = np.full(rows, 0 if has_width else _CODE["no_bin_width"], np.uint8)
     valid = np.zeros(rows, np.uint8)
+    no_width = valid if has_width else np.full(rows, _CODE["no_bin_width"], np.uint8)
     span = (last - first + 1) * width
     top1 = np.divide(peak_value, total, out=np.zeros(rows), where=total > 0)
     entropy = _entropy_norm(both, both_totals, nbins)
@@ -1039,10 +1038,12 @@ def heatmap_columns(reads: np.ndarray, writes: np.ndarray, width: float) -> dict
         # event totals are floats, as in the spec's output example ("1049304.0")
         "total_read_events": SignalColumn(total_events[:rows], valid),
         "total_write_events": SignalColumn(total_events[rows:], valid),
-        "active_bins": SignalColumn(active_bins.astype(np.int64), valid),
+        "active_bins": SignalColumn(active_bins.astype(np.int64, copy=False), valid),
         "active_time": SignalColumn(active_bins * float(width), no_width),
-        "activity_span": SignalColumn(span.astype(np.float64), no_io if has_width else no_width),
-        "peak_activity_bin": SignalColumn(peak_bin.astype(np.int64), no_io),
+        "activity_span": SignalColumn(
+            span.astype(np.float64, copy=False), no_io if has_width else no_width
+        ),
+        "peak_activity_bin": SignalColumn(peak_bin.astype(np.int64, copy=False), no_io),
         "peak_activity_value": SignalColumn(peak_value.astype(np.float64), valid),
         "read_activity_entropy_norm": SignalColumn(entropy[:rows], valid),
         "write_activity_entropy_norm": SignalColumn(entropy[rows:], valid),
@@ -1074,14 +1075,14 @@ def _heatmap_signals(log: DarshanLog, problems: list[str]):
         for record in records:
             groups.setdefault((len(record.read_bins), record.bin_width), []).append(record)
         nbins = max(length for length, _ in groups)
-        read_sum = np.zeros(nbins, dtype=np.int64)
-        write_sum = np.zeros(nbins, dtype=np.int64)
+        job_bins = np.zeros((2, nbins), dtype=np.int64)  # reads, writes: summed over ranks
         for (length, width), group in groups.items():
-            reads = np.array([r.read_bins for r in group], dtype=np.int64).reshape(len(group), -1)
-            writes = np.array([r.write_bins for r in group], dtype=np.int64).reshape(len(group), -1)
-            read_sum[:length] += reads.sum(axis=0)
-            write_sum[:length] += writes.sum(axis=0)
-            groups_out.append(HeatmapRankSignals(submodule, group, width, reads, writes))
+            # reads over writes, ranks x bins each: one numpy call for both
+            bins = np.array(
+                [r.read_bins for r in group] + [r.write_bins for r in group], dtype=np.int64
+            ).reshape(2, len(group), length)
+            job_bins[:, :length] += bins.sum(axis=1)
+            groups_out.append(HeatmapRankSignals(submodule, group, width, bins[0], bins[1]))
         widths = sorted({width for _, width in groups})
         width = widths[-1]
         if len(widths) > 1:
@@ -1089,7 +1090,7 @@ def _heatmap_signals(log: DarshanLog, problems: list[str]):
                 f"{log.source}: HEATMAP {submodule} ranks disagree on the bin width "
                 f"{widths}; the job series uses {width}"
             )
-        job_series.append((submodule, records[0].record_id, width, read_sum, write_sum))
+        job_series.append((submodule, records[0].record_id, width, job_bins[0], job_bins[1]))
     return groups_out, _job_heatmaps(job_series)
 
 
