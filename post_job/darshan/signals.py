@@ -1055,10 +1055,9 @@ def _entropy_norm(bins: np.ndarray, totals: np.ndarray, nbins: int) -> np.ndarra
     """Normalised Shannon entropy per row; 0 for rows with no bytes, and for a single bin."""
     if nbins <= 1:
         return np.zeros(len(bins))
-    safe_totals = np.where(totals > 0, totals, 1).astype(np.float64)
-    shares = bins / safe_totals[:, None]
+    shares = bins / np.maximum(totals, 1)[:, None]  # floats; rows with no bytes: all 0
     logs = np.log(np.where(shares > 0, shares, 1.0))
-    entropy = -(shares * logs).sum(axis=1) / math.log(nbins)
+    entropy = (shares * logs).sum(axis=1) / -math.log(nbins)
     return np.where(totals > 0, entropy, 0.0)
 
 
