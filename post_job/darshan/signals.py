@@ -311,7 +311,8 @@ def compute_signals(log: DarshanLog) -> LogSignals:
     for name, table in tables.items():
         layout = LAYOUTS[name]
         inputs = _Inputs(table)
-        module_values, sums = _module_signals(inputs, layout)
+        records = _record_signals(inputs, layout)
+        module_values, sums = _module_signals(inputs, layout, records.io_time)
         inconsistent = inconsistencies(inputs, layout)
         result.modules.append(
             ModuleSignals(name, len(table), table.partial, module_values, inconsistent)
@@ -322,7 +323,7 @@ def compute_signals(log: DarshanLog) -> LogSignals:
                 f"{log.source}: module {name} has inconsistent counters: {inconsistent}"
                 f"{counted_note}; its module point has inconsistent=..."
             )
-        result.records.append(_record_signals(inputs, layout))
+        result.records.append(records)
         if name in counted:
             for key in JOB_SIGNALS:
                 totals[key] += sums[key]
@@ -361,8 +362,8 @@ def inconsistencies(inputs: _Inputs, layout: Layout) -> str:
 
 def _canonical(table: ModuleTable) -> ModuleTable:
     """Rows sorted by (rank, record_id), so sums do not depend on the reader's record order."""
-    order = np.lexsort((table.record_ids, table.ranks))
-    if (order[1:] > order[:-1]).all():  # already in order (the usual case): no copies
+    order = None if len(table) < 2 else np.lexsort((table.record_ids, table.ranks))
+    if order is None or (order[1:] > order[:-1]).all():  # in order (the usual case): no copies
         return ModuleTable(
             table.module,
             table.record_ids,
@@ -445,6 +446,8 @@ _Ratio = tuple[str, tuple[str, ...], tuple[str, ...], str, float]
 _POSIX_READS, _POSIX_WRITES = _posix("READS"), _posix("WRITES")
 _POSIX_IO = _posix("READS", "WRITES")
 _POSIX_META_OPS = _posix("OPENS", "STATS", "SEEKS", "FSYNCS", "FDSYNCS")
+_POSIX_BYTES_READ, _POSIX_MOVED = _posix("BYTES_READ"), _posix("BYTES_READ", "BYTES_WRITTEN")
+_POSIX_VARIANCE = _posix("F_VARIANCE_RANK_BYTES")
 _POSIX_RATIOS: tuple[_Ratio, ...] = (
     ("seq_read_ratio", _posix("SEQ_READS"), _POSIX_READS, "no_reads", 1.0),
     ("seq_write_ratio", _posix("SEQ_WRITES"), _POSIX_WRITES, "no_writes", 1.0),
@@ -515,8 +518,9 @@ class _Plan:
     integers: tuple[tuple[str, ...], ...]
     timers: tuple[tuple[str, ...], ...]
     others: tuple[tuple[str, ...], ...]
-    integer_runs: tuple[tuple[int, int], ...]  # (counters per input, inputs) of the integers
-    timer_runs: tuple[tuple[int, int], ...]
+    integer_starts: np.ndarray  # each input's first counter: its row in integer_rows
+    timer_starts: np.ndarray
+    timer_runs: tuple[tuple[int, int], ...]  # (counters per input, inputs) of the timers
     integer_rows: np.ndarray  # the integers' counters: rows of counter_matrices' integers
     timer_rows: np.ndarray
     row: dict[tuple[str, ...], int]  # input -> its row in the matrices of all inputs
@@ -529,7 +533,7 @@ class _Plan:
 
 
 # the inputs of a module's formulas that are not the ratios' (summed with them)
-_MORE_INPUTS = {"POSIX": (_posix("BYTES_READ", "BYTES_WRITTEN"),)}
+_MORE_INPUTS = {"POSIX": (_POSIX_MOVED,)}
 
 
 @functools.lru_cache(maxsize=64)
@@ -554,7 +558,8 @@ def _plan(module: str, counters: tuple[str, ...], fcounters: tuple[str, ...]) ->
         integers=tuple(integers),
         timers=tuple(timers),
         others=tuple(others),
-        integer_runs=_runs_of(integers),
+        integer_starts=_starts_of(integers),
+        timer_starts=_starts_of(timers),
         timer_runs=_runs_of(timers),
         integer_rows=_rows_of(integers, counters),
         timer_rows=_rows_of(timers, fcounters),
@@ -568,6 +573,12 @@ def _plan(module: str, counters: tuple[str, ...], fcounters: tuple[str, ...]) ->
         zero_codes=np.array([_CODE[zero] for *_, zero, _ in ratios], np.uint8).reshape(-1, 1),
         missing=tuple(formula[0] for formula in formulas if formula not in ratios),
     )
+
+
+def _starts_of(inputs: list[tuple[str, ...]]) -> np.ndarray:
+    """Where each input's counters start among all the inputs' counters (``reduceat``'s)."""
+    bounds = np.cumsum([0, *(len(names) for names in inputs)], dtype=np.intp)
+    return bounds[:-1]  # the last one is where the counters end
 
 
 def _runs_of(inputs: list[tuple[str, ...]]) -> tuple[tuple[int, int], ...]:
@@ -594,13 +605,6 @@ def _sum_in_turn(block: np.ndarray) -> np.ndarray:
     for counter in range(1, block.shape[1]):
         total = total + block[:, counter]
     return total
-
-
-def _any_by_size(flags: np.ndarray, runs: tuple[tuple[int, int], ...]) -> list[np.ndarray]:
-    """Where any counter of each input is flagged: ``flags`` holds the inputs' counters."""
-    return [
-        block[:, 0] if block.shape[1] == 1 else block.any(axis=1) for block in _by_size(flags, runs)
-    ]
 
 
 def _rows_of(inputs: list[tuple[str, ...]], counters: tuple[str, ...]) -> np.ndarray:
@@ -643,15 +647,12 @@ class _Block:
         all_ints, all_floats = counter_matrices(table)
         self.ints, self.timers = np.zeros((0, rows), np.int64), np.zeros((0, rows))
         unmonitored, invalid = [np.zeros((0, rows), bool)], [np.zeros((0, rows), bool)]
+        # reduceat: each input's counters (rows one after the other) at once, in one call;
+        # exact on integers and flags only (it does not add floats in turn)
         if plan.integers:
             ints = all_ints[plan.integer_rows]
-            self.ints = np.concatenate(
-                [
-                    block[:, 0] if block.shape[1] == 1 else block.sum(axis=1)
-                    for block in _by_size(ints, plan.integer_runs)
-                ]
-            )
-            unmonitored += _any_by_size(ints == -1, plan.integer_runs)
+            self.ints = np.add.reduceat(ints, plan.integer_starts)
+            unmonitored.append(np.logical_or.reduceat(ints == -1, plan.integer_starts))
             invalid.append(np.zeros((len(plan.integers), rows), dtype=bool))
         if plan.timers:
             timers = all_floats[plan.timer_rows]
@@ -660,8 +661,8 @@ class _Block:
             self.timers = np.concatenate(
                 [_sum_in_turn(block) for block in _by_size(clean, plan.timer_runs)]
             )
-            unmonitored += _any_by_size(timers == -1, plan.timer_runs)
-            invalid += _any_by_size(garbage, plan.timer_runs)
+            unmonitored.append(np.logical_or.reduceat(timers == -1, plan.timer_starts))
+            invalid.append(np.logical_or.reduceat(garbage, plan.timer_starts))
         others = [_sum_columns(table, names) for names in plan.others]
         self.others = [item.values for item in others]  # type: ignore[union-attr]
         unmonitored += [item.unmonitored[None] for item in others]  # type: ignore[union-attr]
@@ -776,8 +777,9 @@ def _block_ratios(block: _Block, plan: _Plan) -> tuple[np.ndarray, np.ndarray]:
     with np.errstate(over="ignore"):  # a garbage timer such as 1e-305 s: marked just below
         values = np.divide(num, den, out=np.zeros_like(num), where=positive)
     codes = np.where(positive, np.uint8(0), plan.zero_codes)
-    overflow = ~np.isfinite(values)
-    if overflow.any():  # no finite ratio: the time (the only float divisor) is garbage
+    finite = np.isfinite(values)
+    if not finite.all():  # no finite ratio: the time (the only float divisor) is garbage
+        overflow = ~finite
         values[overflow] = 0.0
         codes[overflow] = _CODE["invalid_time"]
     for masks, code in ((block.invalid, "invalid_time"), (block.unmonitored, "not_monitored")):
@@ -827,14 +829,14 @@ def _posix_signals(inputs: _Inputs, imbalance: SignalColumn) -> dict[str, Signal
     else:
         codes = np.where(meta_ops.unmonitored, np.uint8(_CODE["not_monitored"]), np.uint8(0))
         out["meta_ops"] = SignalColumn(meta_ops.values.astype(np.int64, copy=False), codes)
-    moved = inputs.get(_posix("BYTES_READ", "BYTES_WRITTEN"))
-    out["reuse_proxy"] = _reuse_proxy(table, inputs.get(_posix("BYTES_READ")), moved)
+    moved = inputs.get(_POSIX_MOVED)
+    out["reuse_proxy"] = _reuse_proxy(table, inputs.get(_POSIX_BYTES_READ), moved)
     # for shared (rank -1) records that moved bytes only
     shared = table.ranks == -1
     not_shared = ~shared
     no_bytes = None if moved is None else (moved.values <= 0) & ~moved.unmonitored
     out["rank_imbalance_ratio"] = _shared_only(imbalance, not_shared, no_bytes)
-    variance = inputs.get(_posix("F_VARIANCE_RANK_BYTES"))
+    variance = inputs.get(_POSIX_VARIANCE)
     variance_column = (
         _not_available(rows)
         if variance is None
@@ -859,11 +861,9 @@ def _reuse_proxy(
     )
     if bytes_read is None or moved is None or max_read is None or max_written is None:
         return _not_available(len(table))
-    size = np.maximum(max_read, max_written).astype(np.float64) + 1
+    size = np.maximum(max_read, max_written) + 1.0  # floats
     known = (size > 0) & (moved.values > 0)
-    values = np.divide(
-        bytes_read.values.astype(np.float64), size, out=np.zeros(len(table)), where=known
-    )
+    values = np.divide(bytes_read.values, size, out=np.zeros(len(table)), where=known)
     codes = np.where(known, np.uint8(0), np.uint8(_CODE["no_file_size"]))
     codes[moved.unmonitored | ((max_read == -1) & (max_written == -1))] = _CODE["not_monitored"]
     return SignalColumn(values, codes)
@@ -883,8 +883,11 @@ def _shared_only(
 # ---------------------------------------------------------------- module level
 
 
-def _module_signals(inputs: _Inputs, layout: Layout) -> tuple[dict[str, Value], dict]:
-    """The spec's module signals; time = Darshan's agg_time_by_slowest (see README).
+def _module_signals(
+    inputs: _Inputs, layout: Layout, io_time: np.ndarray
+) -> tuple[dict[str, Value], dict]:
+    """The spec's module signals; time = Darshan's agg_time_by_slowest (see README), from
+    ``io_time``, the records' read + write + meta time.
 
     A module sum with a -1 (not monitored) in any record is NA(not_monitored), as a record
     signal is; the job totals (``sums``) add the monitored values only.
@@ -898,7 +901,7 @@ def _module_signals(inputs: _Inputs, layout: Layout) -> tuple[dict[str, Value], 
     sums, totals = _totals(inputs, names)
     reads, writes = totals["total_reads"], totals["total_writes"]
     bytes_read, bytes_written = totals["total_bytes_read"], totals["total_bytes_written"]
-    agg_time = _agg_time_by_slowest(inputs.table, layout)
+    agg_time = _agg_time_by_slowest(inputs.table, layout, io_time)
     values: dict[str, Value] = {}
     values["read_bw"] = _scalar_ratio(bytes_read, agg_time, "no_time", 1 / MIB)
     values["write_bw"] = _scalar_ratio(bytes_written, agg_time, "no_time", 1 / MIB)
@@ -951,9 +954,10 @@ def _first_na(*values: Value) -> NA | None:
     return missing[0] if missing else None
 
 
-def _agg_time_by_slowest(table: ModuleTable, layout: Layout) -> float | NA:
+def _agg_time_by_slowest(table: ModuleTable, layout: Layout, io_time: np.ndarray) -> float | NA:
     """darshan-util's accumulator: slowest rank's time on its own files + for each shared file
-    its slowest rank's time. NA(not_available) when the module has no read/write timers."""
+    its slowest rank's time (``io_time``: each record's read + write + meta time).
+    NA(not_available) when the module has no read/write timers."""
     if layout.read_time is None and layout.write_time is None:
         return NA("not_available")
     timers = [
@@ -965,17 +969,16 @@ def _agg_time_by_slowest(table: ModuleTable, layout: Layout) -> float | NA:
         return NA("not_available")
     shared = table.ranks < 0
     slowest = table.column(layout.slowest_rank_time) if layout.slowest_rank_time else None
-    used = np.concatenate([*timers, slowest[shared]] if slowest is not None else timers)
+    slowest_shared = slowest[shared] if slowest is not None else None
+    used = np.concatenate([*timers, slowest_shared] if slowest_shared is not None else timers)
     if not (used.size and 0 <= used.min() and used.max() <= MAX_TIMER_SECONDS):  # usually all fine
         if (used == -1).any():
             return NA("not_monitored")
         if invalid_timer(used).any():
             return NA("invalid_time")
-    per_record = np.zeros(len(table))
-    for timer in timers:
-        per_record = per_record + timer
-    if slowest is not None:
-        shared_time = float(slowest[shared].sum())
+    per_record = io_time  # the timers' sum, none of them garbage or -1 here
+    if slowest_shared is not None:
+        shared_time = float(slowest_shared.sum())
     else:
         shared_time = float(per_record[shared].sum())
     own = ~shared
@@ -1004,13 +1007,16 @@ def _scalar_ratio(numerator: Value, denominator: Value, zero_reason: str, scale=
 
 def heatmap_columns(reads: np.ndarray, writes: np.ndarray, width: float) -> dict[str, SignalColumn]:
     """The 10 HEATMAP signals for many series at once: one row per rank, one column per bin."""
-    reads = np.maximum(reads.astype(np.int64, copy=False), 0)
-    writes = np.maximum(writes.astype(np.int64, copy=False), 0)
+    rows = len(reads)
+    # reads over writes as one matrix: each step below is one numpy call for both
+    both = np.maximum(np.concatenate((reads, writes)).astype(np.int64, copy=False), 0)
+    reads, writes = both[:rows], both[rows:]
     activity = reads + writes
-    rows, nbins = activity.shape
+    nbins = activity.shape[1]
     active = activity > 0
     active_bins = active.sum(axis=1)
-    total_read, total_write = reads.sum(axis=1), writes.sum(axis=1)
+    both_totals = both.sum(axis=1)
+    total_read, total_write = both_totals[:rows], both_totals[rows:]
     total = total_read + total_write  # activity.sum(axis=1): integers
     if nbins:
         first = np.argmax(active, axis=1)
@@ -1019,27 +1025,26 @@ def heatmap_columns(reads: np.ndarray, writes: np.ndarray, width: float) -> dict
     else:
         first = last = peak_bin = peak_value = np.zeros(rows, dtype=np.int64)
     has_width = width > 0 and math.isfinite(width)
-    idle = active_bins == 0
-    no_io = np.where(idle, _CODE["no_io"], 0).astype(np.uint8)
-    no_width = np.full(rows, 0 if has_width else _CODE["no_bin_width"], np.uint8)
+    no_io = np.where(active_bins == 0, np.uint8(_CODE["no_io"]), np.uint8(0))
     valid = np.zeros(rows, np.uint8)
+    no_width = valid if has_width else np.full(rows, _CODE["no_bin_width"], np.uint8)
     span = (last - first + 1) * width
     top1 = np.divide(peak_value, total, out=np.zeros(rows), where=total > 0)
+    entropy = _entropy_norm(both, both_totals, nbins)
+    total_events = both_totals.astype(np.float64)
     return {
         # event totals are floats, as in the spec's output example ("1049304.0")
-        "total_read_events": SignalColumn(total_read.astype(np.float64), valid),
-        "total_write_events": SignalColumn(total_write.astype(np.float64), valid),
-        "active_bins": SignalColumn(active_bins.astype(np.int64), valid),
+        "total_read_events": SignalColumn(total_events[:rows], valid),
+        "total_write_events": SignalColumn(total_events[rows:], valid),
+        "active_bins": SignalColumn(active_bins.astype(np.int64, copy=False), valid),
         "active_time": SignalColumn(active_bins * float(width), no_width),
         "activity_span": SignalColumn(
-            span.astype(np.float64), np.where(no_width > 0, no_width, no_io)
+            span.astype(np.float64, copy=False), no_io if has_width else no_width
         ),
-        "peak_activity_bin": SignalColumn(peak_bin.astype(np.int64), no_io),
+        "peak_activity_bin": SignalColumn(peak_bin.astype(np.int64, copy=False), no_io),
         "peak_activity_value": SignalColumn(peak_value.astype(np.float64), valid),
-        "read_activity_entropy_norm": SignalColumn(_entropy_norm(reads, total_read, nbins), valid),
-        "write_activity_entropy_norm": SignalColumn(
-            _entropy_norm(writes, total_write, nbins), valid
-        ),
+        "read_activity_entropy_norm": SignalColumn(entropy[:rows], valid),
+        "write_activity_entropy_norm": SignalColumn(entropy[rows:], valid),
         "top1_share": SignalColumn(top1, valid),
     }
 
@@ -1048,10 +1053,9 @@ def _entropy_norm(bins: np.ndarray, totals: np.ndarray, nbins: int) -> np.ndarra
     """Normalised Shannon entropy per row; 0 for rows with no bytes, and for a single bin."""
     if nbins <= 1:
         return np.zeros(len(bins))
-    safe_totals = np.where(totals > 0, totals, 1).astype(np.float64)
-    shares = bins / safe_totals[:, None]
+    shares = bins / np.maximum(totals, 1)[:, None]  # floats; rows with no bytes: all 0
     logs = np.log(np.where(shares > 0, shares, 1.0))
-    entropy = -(shares * logs).sum(axis=1) / math.log(nbins)
+    entropy = (shares * logs).sum(axis=1) / -math.log(nbins)
     return np.where(totals > 0, entropy, 0.0)
 
 
@@ -1068,14 +1072,14 @@ def _heatmap_signals(log: DarshanLog, problems: list[str]):
         for record in records:
             groups.setdefault((len(record.read_bins), record.bin_width), []).append(record)
         nbins = max(length for length, _ in groups)
-        read_sum = np.zeros(nbins, dtype=np.int64)
-        write_sum = np.zeros(nbins, dtype=np.int64)
+        job_bins = np.zeros((2, nbins), dtype=np.int64)  # reads, writes: summed over ranks
         for (length, width), group in groups.items():
-            reads = np.array([r.read_bins for r in group], dtype=np.int64).reshape(len(group), -1)
-            writes = np.array([r.write_bins for r in group], dtype=np.int64).reshape(len(group), -1)
-            read_sum[:length] += reads.sum(axis=0)
-            write_sum[:length] += writes.sum(axis=0)
-            groups_out.append(HeatmapRankSignals(submodule, group, width, reads, writes))
+            # reads over writes, ranks x bins each: one numpy call for both
+            bins = np.array(
+                [r.read_bins for r in group] + [r.write_bins for r in group], dtype=np.int64
+            ).reshape(2, len(group), length)
+            job_bins[:, :length] += bins.sum(axis=1)
+            groups_out.append(HeatmapRankSignals(submodule, group, width, bins[0], bins[1]))
         widths = sorted({width for _, width in groups})
         width = widths[-1]
         if len(widths) > 1:
@@ -1083,7 +1087,7 @@ def _heatmap_signals(log: DarshanLog, problems: list[str]):
                 f"{log.source}: HEATMAP {submodule} ranks disagree on the bin width "
                 f"{widths}; the job series uses {width}"
             )
-        job_series.append((submodule, records[0].record_id, width, read_sum, write_sum))
+        job_series.append((submodule, records[0].record_id, width, job_bins[0], job_bins[1]))
     return groups_out, _job_heatmaps(job_series)
 
 
