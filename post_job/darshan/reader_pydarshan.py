@@ -499,6 +499,10 @@ def _read_module(path: Path, report, module: str, problems: list[str]) -> _Packe
     n = len(records)
     ids = np.fromiter((rec["id"] for rec in records), dtype=np.uint64, count=n)
     ranks = np.fromiter((rec["rank"] for rec in records), dtype=np.int64, count=n)
+    order = np.lexsort((ids, ranks))
+    if (order[1:] < order[:-1]).any():  # in (rank, record_id) order, as the signals take them:
+        ids, ranks = ids[order], ranks[order]  # reordered here once, not column by column there
+        records = [records[i] for i in order.tolist()]
     kept = [i for i, name in enumerate(counter_names) if not is_record_id_counter(name)]
     if n:
         ints = np.stack([rec["counters"] for rec in records])[:, kept].astype(np.int64)
