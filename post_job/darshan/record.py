@@ -158,33 +158,26 @@ def rule_inputs(table: ModuleTable) -> dict[str, int | float]:
     if meta is not None:
         out["slow_meta_records"] = int((meta > SLOW_METADATA_SECONDS).sum())
         out["max_record_meta_time"] = float(meta.max())
-    # each file's records on their own ranks together (ids ascending), one run per file
     own = np.flatnonzero(table.ranks != -1)
-    by_file = own[np.argsort(table.record_ids[own], kind="stable")]
+    by_file = own[np.argsort(table.record_ids[own], kind="stable")]  # each file's records together
     sorted_ids = table.record_ids[by_file]
     starts = np.flatnonzero(np.concatenate(([True], sorted_ids[1:] != sorted_ids[:-1])))
-    moved = [
-        (name, column)
-        for name, column in (
-            ("read", clean(table, "POSIX_BYTES_READ")),
-            ("write", clean(table, "POSIX_BYTES_WRITTEN")),
-        )
-        if column is not None
-    ]
-    if moved:
-        by_direction = np.array([column[by_file] for _, column in moved], np.float64).T
-        spreads = _spread(by_direction, starts) if len(by_file) else np.zeros((1, len(moved)))
-        for (name, _), spread in zip(moved, spreads.T, strict=True):
-            out[f"rank_{name}_imbalance_files"] = int((spread > RANK_IMBALANCE).sum())
-            out[f"max_rank_{name}_imbalance"] = float(spread.max())
+    several = len(starts) < len(by_file)  # a file on several ranks (else no file has a spread)
+    for name, counter in (("read", "POSIX_BYTES_READ"), ("write", "POSIX_BYTES_WRITTEN")):
+        moved = clean(table, counter)
+        if moved is None:
+            continue
+        spread = _spread(moved[by_file].astype(np.float64), starts) if several else np.zeros(1)
+        out[f"rank_{name}_imbalance_files"] = int((spread > RANK_IMBALANCE).sum())
+        out[f"max_rank_{name}_imbalance"] = float(spread.max())
     return out
 
 
 def _spread(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """(max - min) / max of each run of rows of values (one starting at each of ``starts``; 0
-    where the max is 0), column by column."""
-    high = np.maximum.reduceat(values, starts, axis=0)
-    low = np.minimum.reduceat(values, starts, axis=0)
+    """(max - min) / max of each run of values (one starting at each of ``starts``; 0 where
+    the max is 0)."""
+    high = np.maximum.reduceat(values, starts)
+    low = np.minimum.reduceat(values, starts)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(high > 0, (high - low) / high, 0.0)
 
