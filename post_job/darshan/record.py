@@ -167,9 +167,12 @@ def rule_inputs(table: ModuleTable) -> dict[str, int | float]:
         moved = clean(table, counter)
         if moved is None:
             continue
-        spread = _spread(moved[by_file].astype(np.float64), starts) if several else np.zeros(1)
-        out[f"rank_{name}_imbalance_files"] = int((spread > RANK_IMBALANCE).sum())
-        out[f"max_rank_{name}_imbalance"] = float(spread.max())
+        files, worst = 0, 0.0
+        if several:
+            spread = _spread(moved[by_file].astype(np.float64), starts)
+            files, worst = int((spread > RANK_IMBALANCE).sum()), float(spread.max())
+        out[f"rank_{name}_imbalance_files"] = files
+        out[f"max_rank_{name}_imbalance"] = worst
     return out
 
 
@@ -275,15 +278,15 @@ def rank_totals(
     ranks, read, written, time = [], [], [], []
     for table in tables:
         layout = LAYOUTS[table.module]
-        own = table.ranks >= 0
-        if not own.any():
+        own = np.flatnonzero(table.ranks >= 0)
+        if not len(own):
             continue
         ranks.append(table.ranks[own])
         for out, name in ((read, layout.bytes_read), (written, layout.bytes_written)):
             column = clean(table, name) if name else None
-            out.append(column[own] if column is not None else np.zeros(int(own.sum()), np.int64))
+            out.append(column[own] if column is not None else np.zeros(len(own), np.int64))
         timers = [layout.read_time, layout.write_time, layout.meta_time]
-        spent = np.zeros(int(own.sum()))
+        spent = np.zeros(len(own))
         for name in timers:
             column = clean(table, name) if name else None
             if column is not None:
