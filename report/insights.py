@@ -107,7 +107,8 @@ def _nansum(values: np.ndarray) -> float:
 
 
 def _top_files(table: FileTable, weights: np.ndarray, n: int = 5) -> list[str]:
-    weights = np.nan_to_num(weights)
+    if not np.isfinite(weights).all():  # nan_to_num copies every time: only when needed
+        weights = np.nan_to_num(weights)
     order = np.argsort(-weights, kind="stable")[:n]
     return [table.files[i] or table.record_ids[i] for i in order if weights[i] > 0]
 
@@ -169,6 +170,7 @@ _SMALL = ("0_100", "100_1k", "1k_10k", "10k_100k", "100k_1m")
 def _small(direction: str, shared: bool, code: str):
     rid = f"{'shared_' if shared else ''}small_{direction}"
     small_col = "small_reads" if direction == "reads" else "small_writes"
+    size_counters = [f"posix_size_{_SMALL_BINS[direction]}_{size}" for size in _SMALL]
 
     def check(job: JobData):
         found = _posix(job)
@@ -184,8 +186,7 @@ def _small(direction: str, shared: bool, code: str):
             count = _nansum(small) if _known(small) else None
         else:
             total = _ops_total(data, "POSIX", direction)
-            bins = _SMALL_BINS[direction]
-            count = _posix_counters(data, [f"posix_size_{bins}_{size}" for size in _SMALL])
+            count = _posix_counters(data, size_counters)
         if count is None:
             return NotEvaluated(rid, "request size counts unknown")
         if total and count / total > SMALL_REQUESTS and count > SMALL_REQUESTS_ABSOLUTE:
