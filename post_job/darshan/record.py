@@ -158,22 +158,30 @@ def rule_inputs(table: ModuleTable) -> dict[str, int | float]:
     if meta is not None:
         out["slow_meta_records"] = int((meta > SLOW_METADATA_SECONDS).sum())
         out["max_record_meta_time"] = float(meta.max())
-    own = np.flatnonzero(table.ranks != -1)
-    by_file = own[np.argsort(table.record_ids[own], kind="stable")]  # each file's records together
-    sorted_ids = table.record_ids[by_file]
-    starts = np.flatnonzero(np.concatenate(([True], sorted_ids[1:] != sorted_ids[:-1])))
-    several = len(starts) < len(by_file)  # a file on several ranks (else no file has a spread)
+    by_file = _by_file(table)
     for name, counter in (("read", "POSIX_BYTES_READ"), ("write", "POSIX_BYTES_WRITTEN")):
         moved = clean(table, counter)
         if moved is None:
             continue
-        files, worst = 0, 0.0
-        if several:
-            spread = _spread(moved[by_file].astype(np.float64), starts)
+        files, worst = 0, 0.0  # a file on one rank has no spread
+        if by_file is not None:
+            spread = _spread(moved[by_file[0]].astype(np.float64), by_file[1])
             files, worst = int((spread > RANK_IMBALANCE).sum()), float(spread.max())
         out[f"rank_{name}_imbalance_files"] = files
         out[f"max_rank_{name}_imbalance"] = worst
     return out
+
+
+def _by_file(table: ModuleTable) -> tuple[np.ndarray, np.ndarray] | None:
+    """The records on their own ranks, each file's together (positions in the table, file ids
+    ascending) and where each file starts; None when no file is on several ranks."""
+    own = np.flatnonzero(table.ranks != -1)
+    if len(own) < 2:
+        return None
+    by_file = own[np.argsort(table.record_ids[own], kind="stable")]
+    sorted_ids = table.record_ids[by_file]
+    starts = np.flatnonzero(np.concatenate(([True], sorted_ids[1:] != sorted_ids[:-1])))
+    return (by_file, starts) if len(starts) < len(by_file) else None
 
 
 def _spread(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
