@@ -101,8 +101,14 @@ def _posix_counters(data: DarshanData, names: list[str]) -> float | None:
     return None if any(v is None for v in values) else float(sum(values))  # type: ignore[arg-type]
 
 
+def _nansum(values: np.ndarray) -> float:
+    """``np.nansum`` (NaN as 0) without its wrapper's overhead, large on the hook's few rows."""
+    return float(np.where(np.isnan(values), 0.0, values).sum())
+
+
 def _top_files(table: FileTable, weights: np.ndarray, n: int = 5) -> list[str]:
-    weights = np.nan_to_num(weights)
+    if not np.isfinite(weights).all():  # nan_to_num copies every time: only when needed
+        weights = np.nan_to_num(weights)
     order = np.argsort(-weights, kind="stable")[:n]
     return [table.files[i] or table.record_ids[i] for i in order if weights[i] > 0]
 
@@ -164,23 +170,23 @@ _SMALL = ("0_100", "100_1k", "1k_10k", "10k_100k", "100k_1m")
 def _small(direction: str, shared: bool, code: str):
     rid = f"{'shared_' if shared else ''}small_{direction}"
     small_col = "small_reads" if direction == "reads" else "small_writes"
+    size_counters = [f"posix_size_{_SMALL_BINS[direction]}_{size}" for size in _SMALL]
 
     def check(job: JobData):
         found = _posix(job)
         if isinstance(found, NotEvaluated):
             return NotEvaluated(rid, found.reason)
         data, table = found
-        rows = table.col("rank") == -1 if shared else np.ones(len(table), bool)
         if shared:  # every shared record is kept
+            rows = table.col("rank") == -1
             if not rows.any():
                 return None
             small = table.col(small_col)[rows]
-            total = float(np.nansum(table.col(direction)[rows]))
-            count = float(np.nansum(small)) if _known(small) else None
+            total = _nansum(table.col(direction)[rows])
+            count = _nansum(small) if _known(small) else None
         else:
             total = _ops_total(data, "POSIX", direction)
-            bins = _SMALL_BINS[direction]
-            count = _posix_counters(data, [f"posix_size_{bins}_{size}" for size in _SMALL])
+            count = _posix_counters(data, size_counters)
         if count is None:
             return NotEvaluated(rid, "request size counts unknown")
         if total and count / total > SMALL_REQUESTS and count > SMALL_REQUESTS_ABSOLUTE:
@@ -198,7 +204,10 @@ def _small(direction: str, shared: bool, code: str):
                 "Aggregate requests into larger ones (buffering, MPI-IO collective buffering,"
                 " HDF5 chunking/caching); align to the stripe size.",
                 code,
-                _top_files(table, np.where(rows, table.col(small_col), 0)),
+                _top_files(
+                    table,
+                    np.where(rows, table.col(small_col), 0) if shared else table.col(small_col),
+                ),
             )
         return None
 

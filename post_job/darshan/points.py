@@ -9,6 +9,7 @@ from the log (job start, or job start + k x bin width), so re-running writes the
 from __future__ import annotations
 
 import math
+from itertools import compress
 
 import numpy as np
 
@@ -118,11 +119,13 @@ def _bin_points(heatmap: HeatmapSignals, tags: dict[str, str], start_ns: int) ->
     return [
         Point(
             HEATMAP_BIN_MEASUREMENT,
-            dict(tags),
-            {"read_bytes": int(read), "write_bytes": int(written), "bin": k},
+            tags.copy(),
+            {"read_bytes": read, "write_bytes": written, "bin": k},
             start_ns + offset,
         )
-        for k, (read, written, offset) in enumerate(zip(reads, writes, offsets, strict=True))
+        for k, read, written, offset in zip(
+            range(count), map(int, reads), map(int, writes), offsets, strict=True
+        )
     ]
 
 
@@ -150,27 +153,27 @@ def _record_points(
     io_time = records.io_time[rows].tolist()
     tags = {**base_tags, "module": records.module}
     names = list(records.columns)
-    values = [column.values[rows].tolist() for column in records.columns.values()]
-    codes = [column.codes[rows].tolist() for column in records.columns.values()]
-    # per kept record: its signal values, and whether any is NA (the rare slow path)
-    value_rows = list(zip(*values, strict=True)) if values else [()] * len(kept)
-    with_na = (
-        [any(row_codes) for row_codes in zip(*codes, strict=True)] if codes else [False] * len(kept)
-    )
+    columns = records.columns.values()
+    values = [column.values[rows].tolist() for column in columns]
+    codes = [column.codes[rows].tolist() for column in columns]
+    # per kept record: its signal values and NA codes
+    value_rows = zip(*values, strict=True) if values else [()] * len(kept)
+    code_rows = zip(*codes, strict=True) if codes else [()] * len(kept)
+    # records with the same NA signals keep the same fields and have the same na_reasons
+    layouts: dict[tuple[int, ...], tuple[list[bool], str]] = {}
     points = []
-    for k in range(len(kept)):
-        record_id = int(ids[k])
-        if with_na[k]:  # _fields(records.row(row)), in one pass
-            fields: dict[str, int | float | str] = {}
-            reasons = []
-            for name, column_values, column_codes in zip(names, values, codes, strict=True):
-                if column_codes[k]:
-                    reasons.append(f"{name}:{NA_REASONS[column_codes[k] - 1]}")
-                else:
-                    fields[name] = column_values[k]
-            fields["na_reasons"] = ",".join(reasons)
+    for k, (row_values, row_codes) in enumerate(zip(value_rows, code_rows, strict=True)):
+        fields: dict[str, int | float | str]
+        if any(row_codes):  # what _fields makes of records.row(k)
+            layout = layouts.get(row_codes)
+            if layout is None:
+                layout = layouts[row_codes] = _na_layout(names, row_codes)
+            present, reasons = layout
+            fields = dict(compress(zip(names, row_values, strict=True), present))
+            fields["na_reasons"] = reasons
         else:
-            fields = dict(zip(names, value_rows[k], strict=True))
+            fields = dict(zip(names, row_values, strict=True))
+        record_id = int(ids[k])
         fields["record_id"] = str(record_id)
         fields["rank"] = int(ranks[k])
         fields["file"] = names_by_id.get(record_id, "")
@@ -182,8 +185,18 @@ def _record_points(
         if ranks[k] == -1:
             for name, column in shared.items():
                 fields[name] = column[k]
-        points.append(Point("darshan_record", dict(tags), fields, start_ns + k))
+        points.append(Point("darshan_record", tags.copy(), fields, start_ns + k))
     return points
+
+
+def _na_layout(names: list[str], codes: tuple[int, ...]) -> tuple[list[bool], str]:
+    """Which signals of a record are values (not NA), and its ``na_reasons``, given its NA
+    code per signal."""
+    present = [not code for code in codes]
+    reasons = [
+        f"{name}:{NA_REASONS[code - 1]}" for name, code in zip(names, codes, strict=True) if code
+    ]
+    return present, ",".join(reasons)
 
 
 def _rank_points(signals: LogSignals, base_tags: dict[str, str], start_ns: int) -> list[Point]:

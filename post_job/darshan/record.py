@@ -158,21 +158,30 @@ def rule_inputs(table: ModuleTable) -> dict[str, int | float]:
     if meta is not None:
         out["slow_meta_records"] = int((meta > SLOW_METADATA_SECONDS).sum())
         out["max_record_meta_time"] = float(meta.max())
-    own = table.ranks != -1
-    ids = table.record_ids[own]
-    by_file = np.argsort(ids, kind="stable")  # the records of each file together, ids ascending
-    sorted_ids = ids[by_file]
-    starts = np.flatnonzero(np.concatenate(([True], sorted_ids[1:] != sorted_ids[:-1])))
-    for direction in ("read", "written"):
-        moved = clean(table, f"POSIX_BYTES_{direction.upper()}")
+    by_file = _by_file(table)
+    for name, counter in (("read", "POSIX_BYTES_READ"), ("write", "POSIX_BYTES_WRITTEN")):
+        moved = clean(table, counter)
         if moved is None:
             continue
-        values = moved[own][by_file].astype(np.float64)
-        spread = _spread(values, starts) if own.any() else np.zeros(1)
-        name = "read" if direction == "read" else "write"
-        out[f"rank_{name}_imbalance_files"] = int((spread > RANK_IMBALANCE).sum())
-        out[f"max_rank_{name}_imbalance"] = float(spread.max())
+        files, worst = 0, 0.0  # a file on one rank has no spread
+        if by_file is not None:
+            spread = _spread(moved[by_file[0]].astype(np.float64), by_file[1])
+            files, worst = int((spread > RANK_IMBALANCE).sum()), float(spread.max())
+        out[f"rank_{name}_imbalance_files"] = files
+        out[f"max_rank_{name}_imbalance"] = worst
     return out
+
+
+def _by_file(table: ModuleTable) -> tuple[np.ndarray, np.ndarray] | None:
+    """The records on their own ranks, each file's together (positions in the table, file ids
+    ascending) and where each file starts; None when no file is on several ranks."""
+    own = np.flatnonzero(table.ranks != -1)
+    if len(own) < 2:
+        return None
+    by_file = own[np.argsort(table.record_ids[own], kind="stable")]
+    sorted_ids = table.record_ids[by_file]
+    starts = np.flatnonzero(np.concatenate(([True], sorted_ids[1:] != sorted_ids[:-1])))
+    return (by_file, starts) if len(starts) < len(by_file) else None
 
 
 def _spread(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -277,15 +286,15 @@ def rank_totals(
     ranks, read, written, time = [], [], [], []
     for table in tables:
         layout = LAYOUTS[table.module]
-        own = table.ranks >= 0
-        if not own.any():
+        own = np.flatnonzero(table.ranks >= 0)
+        if not len(own):
             continue
         ranks.append(table.ranks[own])
         for out, name in ((read, layout.bytes_read), (written, layout.bytes_written)):
             column = clean(table, name) if name else None
-            out.append(column[own] if column is not None else np.zeros(int(own.sum()), np.int64))
+            out.append(column[own] if column is not None else np.zeros(len(own), np.int64))
         timers = [layout.read_time, layout.write_time, layout.meta_time]
-        spent = np.zeros(int(own.sum()))
+        spent = np.zeros(len(own))
         for name in timers:
             column = clean(table, name) if name else None
             if column is not None:
