@@ -487,7 +487,9 @@ def _read_module(path: Path, report, module: str, problems: list[str]) -> _Packe
 
     try:
         report.mod_read_all_records(module, dtype="numpy", warnings=False)
-        collection = report.records[module]
+        # taken out of the report: the collection refers back to the report, a cycle (holding
+        # the module's arrays) that only a full garbage collection would free
+        collection = report.records.pop(module)
         # its records as PyDarshan keeps them (dicts): iterating the collection wraps each one
         # in a new collection first, which costs more than reading it
         records = list(getattr(collection, "_records", None) or collection)

@@ -422,3 +422,27 @@ def test_inconsistent_module_counters_are_flagged_and_named(tmp_path: Path) -> N
     (clean_job,) = [p for p in clean.points if p.measurement == "darshan_job"]
     assert clean_job.fields["inconsistent_modules"] == "" and clean.warnings == []
     assert job.fields["total_bytes_read"] == clean_job.fields["total_bytes_read"]
+
+
+def test_a_log_read_leaves_no_report_for_the_garbage_collector() -> None:
+    """PyDarshan's record collections refer back to their report: left in it, each log read
+    would stay in memory (with its arrays) until a full collection, which a process that
+    allocates few objects may not run for hundreds of logs."""
+    import gc
+
+    import darshan
+
+    from hpcmon.post_job.darshan.reader_pydarshan import read_darshan_log
+
+    def reports() -> int:
+        return sum(isinstance(o, darshan.DarshanReport) for o in gc.get_objects())
+
+    gc.collect()
+    before = reports()
+    gc.disable()
+    try:
+        for path in ALL_LOGS:
+            read_darshan_log(path)
+        assert reports() == before
+    finally:
+        gc.enable()
