@@ -136,12 +136,14 @@ class _PackedLog:
 def read_darshan_log(path: str | Path) -> DarshanLog:
     """Read one binary log in this process; raise SourceError when nothing can be read."""
     path = Path(path)
+    _check_looks_like_log(path)
     with _open_report(path) as report:
         return _read_report(path, report).unpack()
 
 
 def _open_report(path: Path):
-    _check_looks_like_log(path)
+    """PyDarshan's report of a file that looks like a log (``_check_looks_like_log``: done
+    once, before the reader child is sent the file)."""
     import darshan  # deferred: importing PyDarshan loads its C library (slow)
 
     try:
