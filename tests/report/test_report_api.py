@@ -20,6 +20,7 @@ from hpcmon.report.darshan_log import darshan_from_logs
 from hpcmon.report.influx import InfluxSettings
 from hpcmon.report.model import JobData
 from hpcmon.report.records import darshan_from_rows, functions_from_rows, rows_from_points
+from tests.report.field_values import field_values
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGS = ROOT / "tests" / "data" / "darshan" / "logs"
@@ -73,13 +74,7 @@ def test_summary_numbers_are_the_logs_totals() -> None:
     assert from_points["reads"] == summary["reads"]
 
 
-_value = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(-(2**63), 2**63 - 1),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=12),
-)
+_value = field_values(text_size=12)
 _names = st.sampled_from(
     [
         "module",

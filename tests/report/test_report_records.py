@@ -14,14 +14,10 @@ from hpcmon.post_job.points import Point
 from hpcmon.report import records
 from hpcmon.report.model import FILE_COLUMNS, HeatmapSeries
 from hpcmon.report.records import darshan_from_rows, rows_from_points
+from tests.report.field_values import field_values
 
-_value = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(-(2**63), 2**63 - 1),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.text(max_size=4),
-    st.sampled_from(["1", "-2.5", "nan", "inf"]),  # text that float() would read
+_value = field_values(text_size=4) | st.sampled_from(
+    ["1", "-2.5", "nan", "inf"]  # text that float() would read
 )
 _record = st.dictionaries(st.sampled_from([*FILE_COLUMNS, "log", "time"]), _value, max_size=12)
 
