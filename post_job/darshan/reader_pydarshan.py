@@ -258,7 +258,7 @@ class _ReaderChild:
         self._started = 0.0  # when the child could start the first pending log
         self._stderr = tempfile.TemporaryFile()
         self._stderr_read = 0
-        self._spin = len(os.sched_getaffinity(0)) > 1
+        self._spin = _cpus() > 1
         self._conn, child_conn = Pipe(duplex=True)
         self.pid = os.fork()
         if self.pid == 0:  # the child: serve until the parent hangs up, never return
@@ -377,6 +377,13 @@ def _reap_exited() -> None:
             finished = pid
         if finished:
             _EXITING.remove(pid)
+
+
+def _cpus() -> int:
+    """The CPUs this process may run on (all of the machine's where the system cannot say)."""
+    if hasattr(os, "sched_getaffinity"):  # Linux
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _wait(conn: Connection, deadline: float | None, spin: bool) -> bool:

@@ -190,6 +190,12 @@ def test_a_wait_that_spins_first_still_ends_at_its_deadline(spin: bool) -> None:
         ours.recv()
 
 
+def test_the_cpus_to_spin_on_are_known_without_linux_affinity(monkeypatch) -> None:
+    assert reader_pydarshan._cpus() == len(os.sched_getaffinity(0))
+    monkeypatch.delattr(os, "sched_getaffinity")  # as on macOS
+    assert reader_pydarshan._cpus() == (os.cpu_count() or 1)
+
+
 def test_a_call_left_early_does_not_hand_its_logs_to_the_next_call():
     reading = read_darshan_logs_isolated([FIRST, SECOND, THIRD])
     next(reading)
