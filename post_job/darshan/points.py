@@ -31,7 +31,7 @@ from hpcmon.post_job.darshan.signals import (
 )
 from hpcmon.post_job.points import Point
 
-HEATMAP_BIN_MEASUREMENT = "darshan_heatmap_bin"  # one point per bin: most points of a log
+HEATMAP_BIN_MEASUREMENT = "darshan_heatmap_bin"  # a point per bin, zero runs left out
 
 
 def _fields(values: dict[str, Value]) -> dict[str, int | float | str]:
@@ -108,14 +108,26 @@ def log_points(
 
 
 def _bin_points(heatmap: HeatmapSignals, tags: dict[str, str], start_ns: int) -> list[Point]:
-    """One point per bin at start + k x width (seconds_to_ns of each offset, vectorised:
-    the same float products and the same round-half-even)."""
+    """A point per bin at start + k x width (seconds_to_ns of each offset, vectorised: the
+    same float products and the same round-half-even), except the zero bins between two zero
+    bins: a missing bin is 0 (``darshan_heatmap`` holds ``nbins``), and the zeros kept next to
+    each burst, the first and the last bin make any interpolation between points give 0 there
+    too. A sparse heatmap (a few bursts in a long run, the usual case) gives a few points."""
     count, width = len(heatmap.read_bins), heatmap.bin_width
+    if count == 0:
+        return []
+    active = (heatmap.read_bins != 0) | (heatmap.write_bins != 0)
+    kept = active.copy()
+    kept[1:] |= active[:-1]
+    kept[:-1] |= active[1:]
+    kept[0] = kept[-1] = True
+    bins = np.flatnonzero(kept)
     if math.isfinite(width) and abs(width) * count < 2**62 / NS_PER_SECOND:
-        offsets = np.rint(np.arange(count) * width * NS_PER_SECOND).astype(np.int64).tolist()
+        offsets = np.rint(bins * width * NS_PER_SECOND).astype(np.int64).tolist()
     else:  # what no log holds; seconds_to_ns says what is wrong
-        offsets = [seconds_to_ns(k * width) for k in range(count)]
-    reads, writes = heatmap.read_bins.tolist(), heatmap.write_bins.tolist()
+        offsets = [seconds_to_ns(k * width) for k in bins.tolist()]
+    reads = heatmap.read_bins[bins].astype(np.int64, copy=False).tolist()
+    writes = heatmap.write_bins[bins].astype(np.int64, copy=False).tolist()
     return [
         Point(
             HEATMAP_BIN_MEASUREMENT,
@@ -123,9 +135,7 @@ def _bin_points(heatmap: HeatmapSignals, tags: dict[str, str], start_ns: int) ->
             {"read_bytes": read, "write_bytes": written, "bin": k},
             start_ns + offset,
         )
-        for k, read, written, offset in zip(
-            range(count), map(int, reads), map(int, writes), offsets, strict=True
-        )
+        for k, read, written, offset in zip(bins.tolist(), reads, writes, offsets, strict=True)
     ]
 
 

@@ -5,18 +5,25 @@ from __future__ import annotations
 
 import urllib.request
 
+import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from hpcmon.common.timeutil import seconds_to_ns
 from hpcmon.post_job.darshan import collect_darshan
+from hpcmon.post_job.darshan.points import _bin_points
 from hpcmon.post_job.darshan.record import RECORD_FIELDS
 from hpcmon.post_job.darshan.signals import (
     HEATMAP_SIGNALS,
     NA_REASONS,
     POSIX_SIGNALS,
     RECORD_SIGNALS,
+    HeatmapSignals,
 )
 from hpcmon.post_job.model import JobContext
-from hpcmon.post_job.points import to_lines
+from hpcmon.post_job.points import Point, to_lines
+from hpcmon.report.records import darshan_from_rows, rows_from_points
 from tests.post_job.darshan_helpers import (
     E3SM,
     INACTIVE,
@@ -80,18 +87,25 @@ def test_heatmap_bin_points_are_the_job_timeline_summed_over_ranks():
     raw = raw_records(text_path(INACTIVE))
     start = int(header_value(text_path(INACTIVE), "start_time"))
     writes: dict[int, float] = {}
+    reads: dict[int, float] = {}
     width = None
     for (module, _rank, _rid), counters in raw.items():
         if module != "HEATMAP":
             continue
         width = counters["HEATMAP_F_BIN_WIDTH_SECONDS"]
         for name, value in counters.items():
-            if name.startswith("HEATMAP_WRITE_BIN_"):
-                k = int(name.rsplit("_", 1)[1])
-                writes[k] = writes.get(k, 0) + value
+            for prefix, sums in (("HEATMAP_WRITE_BIN_", writes), ("HEATMAP_READ_BIN_", reads)):
+                if name.startswith(prefix):
+                    k = int(name.rsplit("_", 1)[1])
+                    sums[k] = sums.get(k, 0) + value
     output = collect_darshan([log_path(INACTIVE)], [], JOB)
     bins = [p for p in by_measurement(output, "darshan_heatmap_bin") if p.tags["module"] == "STDIO"]
-    assert len(bins) == max(writes) + 1
+    # every bin but the zeros between two zeros: a missing bin is 0
+    nbins = max(writes) + 1
+    busy = [k for k in range(nbins) if writes.get(k, 0) or reads.get(k, 0)]
+    near_busy = {j for k in busy for j in (k - 1, k, k + 1) if 0 <= j < nbins}
+    assert [p.fields["bin"] for p in bins] == sorted(near_busy | {0, nbins - 1})
+    assert len(bins) < nbins  # this log has a zero run to leave out
     for point in bins:
         k = point.fields["bin"]
         assert point.fields["write_bytes"] == writes.get(k, 0)
@@ -197,3 +211,40 @@ def test_signals_file_heatmap_lines_are_per_rank_and_modules_have_perf_and_agg(t
     stdio = {f[3]: f[2] for f in module_lines if f[0] == "STDIO"}
     assert stdio["SIGNAL_READ_BW"] == stdio["SIGNAL_WRITE_IOPS"] == "MODULE_PERF"
     assert stdio["SIGNAL_AVG_READ_SIZE"] == stdio["SIGNAL_TOTAL_BYTES_READ"] == "MODULE_AGG"
+
+
+bin_values = st.integers(-(2**40), 2**40).map(lambda v: 0 if v % 3 else v)  # mostly zeros
+
+
+@given(
+    bins=st.lists(st.tuples(bin_values, bin_values), min_size=1, max_size=60),
+    width=st.floats(1e-3, 1e4, allow_nan=False),
+    start=st.integers(0, 2**31),
+)
+def test_heatmap_bins_left_out_are_zeros_between_zeros_and_the_report_gets_them_back(
+    bins, width, start
+):
+    reads = np.array([r for r, _ in bins], dtype=np.int64)
+    writes = np.array([w for _, w in bins], dtype=np.int64)
+    heatmap = HeatmapSignals("POSIX", -1, 1, width, reads, writes, {})
+    tags = {**JOB.base_tags(), "log": "x", "module": "POSIX"}
+    start_ns = start * 10**9
+    points = _bin_points(heatmap, tags, start_ns)
+    kept = [p.fields["bin"] for p in points]
+    last = len(bins) - 1
+    for k in range(len(bins)):
+        near = [bins[j] for j in (k - 1, k, k + 1) if 0 <= j <= last]
+        must = k in (0, last) or any(r or w for r, w in near)
+        assert (k in kept) == must
+    for point in points:
+        k = point.fields["bin"]
+        assert (point.fields["read_bytes"], point.fields["write_bytes"]) == bins[k]
+        assert point.time_ns == start_ns + seconds_to_ns(k * width)
+    # the report, reading the points back, has every bin
+    log_tags = {**JOB.base_tags(), "log": "x"}
+    job = Point("darshan_job", log_tags, {"nprocs": 1}, start_ns)
+    fields = {"bin_width": width, "nbins": len(bins)}
+    summary = Point("darshan_heatmap", dict(tags), fields, start_ns)
+    (series,) = darshan_from_rows(rows_from_points([job, summary, *points])).read_heatmaps()
+    assert series.read_bytes.tolist() == reads.tolist()
+    assert series.write_bytes.tolist() == writes.tolist()
