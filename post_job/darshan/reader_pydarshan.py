@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import faulthandler
+import functools
 import gc
 import os
 import signal
@@ -63,9 +64,9 @@ class _PackedTable:
     module: str
     record_ids: np.ndarray
     ranks: np.ndarray
-    int_names: list[str]
+    int_names: tuple[str, ...]
     ints: np.ndarray  # records x counters, int64
-    float_names: list[str]
+    float_names: tuple[str, ...]
     floats: np.ndarray  # records x fcounters, float64
     partial: bool = False
 
@@ -491,9 +492,19 @@ def _job_info(report) -> JobInfo:
     )
 
 
-def _read_module(path: Path, report, module: str, problems: list[str]) -> _PackedTable | None:
+@functools.cache
+def _counter_layout(module: str) -> tuple[np.ndarray, tuple[str, ...], tuple[str, ...]]:
+    """The positions and names of a module's integer counters that we keep (not the record
+    ids some modules hold in counters), and its float counter names: once per module."""
     from darshan.backend import cffi_backend as backend
 
+    names = list(backend.counter_names(module))
+    kept = np.array([i for i, name in enumerate(names) if not is_record_id_counter(name)], np.intp)
+    kept.flags.writeable = False
+    return kept, tuple(names[i] for i in kept), tuple(backend.fcounter_names(module))
+
+
+def _read_module(path: Path, report, module: str, problems: list[str]) -> _PackedTable | None:
     try:
         report.mod_read_all_records(module, dtype="numpy", warnings=False)
         # taken out of the report: the collection refers back to the report, a cycle (holding
@@ -502,8 +513,7 @@ def _read_module(path: Path, report, module: str, problems: list[str]) -> _Packe
         # its records as PyDarshan keeps them (dicts): iterating the collection wraps each one
         # in a new collection first, which costs more than reading it
         records = list(getattr(collection, "_records", None) or collection)
-        counter_names = list(backend.counter_names(module))
-        fcounter_names = list(backend.fcounter_names(module))
+        kept, counter_names, fcounter_names = _counter_layout(module)
     except Exception as exc:
         problems.append(f"{path}: cannot read module {module} ({type(exc).__name__}); skipped")
         return None
@@ -514,16 +524,13 @@ def _read_module(path: Path, report, module: str, problems: list[str]) -> _Packe
     if (order[1:] < order[:-1]).any():  # in (rank, record_id) order, as the signals take them:
         ids, ranks = ids[order], ranks[order]  # reordered here once, not column by column there
         records = [records[i] for i in order.tolist()]
-    kept = [i for i, name in enumerate(counter_names) if not is_record_id_counter(name)]
     if n:
         ints = np.stack([rec["counters"] for rec in records])[:, kept].astype(np.int64)
         floats = np.stack([rec["fcounters"] for rec in records]).astype(np.float64)
     else:
         ints = np.zeros((0, len(kept)), dtype=np.int64)
         floats = np.zeros((0, len(fcounter_names)), dtype=np.float64)
-    return _PackedTable(
-        module, ids, ranks, [counter_names[i] for i in kept], ints, fcounter_names, floats
-    )
+    return _PackedTable(module, ids, ranks, counter_names, ints, fcounter_names, floats)
 
 
 def _read_heatmaps(path: Path, report, names: dict[int, str], problems) -> list[_PackedHeatmap]:
