@@ -93,6 +93,10 @@ def _finite(values: Iterable[float], default: float = 0.0) -> float:
 
 
 def _int(value, default: int = 0, limit: int = 2**62) -> int:
+    """A field as an int (exact: a time in ns does not fit a float), or ``default`` for what
+    is no finite number or beyond ``limit``."""
+    if type(value) is int:  # times, ranks, counts: nearly every call
+        return value if -limit <= value <= limit else default
     number = _float(value)
     if not math.isfinite(number) or abs(number) > limit:
         return default

@@ -86,3 +86,12 @@ def test_without_heatmap_or_rank_rows_there_are_none(measurement: str) -> None:
     data = darshan_from_rows(rows)
     assert data is not None
     assert (data.heatmaps if measurement == "darshan_heatmap" else data.ranks) in ([], {})
+
+
+def test_record_rows_are_ordered_by_their_exact_time_in_ns() -> None:
+    # the hook stamps record k of a module at start + k ns: a float cannot tell those apart
+    start = 1_651_867_655_000_000_000
+    rows = [{"log": "a", "time": start + k} for k in (3, 0, 2, 1)]
+    assert [row["time"] - start for row in records._in_order(rows)] == [0, 1, 2, 3]
+    assert records._int(start + 1) == start + 1
+    assert records._int(2**62 + 1) == 0 and records._int(True) == 0
