@@ -292,7 +292,14 @@ def main_flush(argv: Sequence[str]) -> int:
     if not Path(options.spool_dir).is_dir():
         log.warning("flush: %s does not exist: nothing to replay", options.spool_dir)
     with stop_on_sigterm(EXIT_PROBLEMS), Watchdog(options.time_limit, exit_code=EXIT_PROBLEMS):
-        reports = flush(settings, sending_deadline(options.time_limit))
+        try:
+            reports = flush(settings, sending_deadline(options.time_limit))
+        except Exception as exc:  # noqa: BLE001 - a bug must still end in one clear line
+            if missing_package(exc):
+                raise  # the extra is not installed: hpcmon.entry names it
+            log.debug("flush failed", exc_info=True)
+            log.error("flush: internal error: %s", type(exc).__name__)
+            return EXIT_PROBLEMS
     problems = [p for report in reports for p in report.problems]
     for report in reports:
         log.info("flush %s", report.summary())

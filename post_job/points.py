@@ -14,7 +14,10 @@ the spool, the tests and the servers depend on, and the library's differ from wh
 - string fields: ``\\`` and ``"`` escaped, line breaks written as ``\\n``/``\\r``;
 - floats in Python's shortest round-trip form without a trailing ``.0``; ``-0.0`` written as
   ``0``; NaN and infinities dropped (InfluxDB cannot store them); integers with ``i``;
-- tags and fields in sorted key order, so the same point always gives the same line.
+- tags and fields in sorted key order, so the same point always gives the same line;
+- a character UTF-8 cannot carry (a lone surrogate: a file name that is not UTF-8, decoded
+  with ``surrogateescape``, or a JSON ``\\udcXX`` escape in a trace) is written as U+FFFD: the
+  server would never get the line, and every line spooled after it would wait behind it.
 """
 
 from __future__ import annotations
@@ -39,6 +42,21 @@ _STRING = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\\\n", "\r": "\\\\r"}
 # InfluxDB 1.x drops there (``m\\ 0`` is stored as ``m 0``) while tag keys and values keep them.
 _TRAILING = re.compile(r"\\+\Z")
 _MEASUREMENT_UNSTORABLE = re.compile(r"\\+(?=[, ]|\Z)")
+
+
+def encodable(text: str) -> str:
+    """``text`` with every lone surrogate as U+FFFD (see above); ``text`` itself when UTF-8
+    can carry it, which nearly every text can (checked cheaply: ASCII first)."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
+    return text
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def escape_measurement(name: str) -> str:
@@ -102,7 +120,7 @@ class Point:
         line = f"{head} {','.join(encoded)}"
         if self.time_ns is not None:
             line += f" {int(self.time_ns)}"
-        return line
+        return encodable(line)
 
 
 def to_lines(points: Iterable[Point]) -> str:

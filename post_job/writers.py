@@ -35,6 +35,7 @@ from typing import Protocol
 
 from hpcmon.post_job.files import replaced_atomically
 from hpcmon.post_job.options import option
+from hpcmon.post_job.points import encodable
 
 DEFAULT_BATCH_SIZE: int = option("writers", "batch_size").default
 DEFAULT_TIMEOUT_SECONDS: float = option("writers", "request_timeout_seconds").default
@@ -186,7 +187,13 @@ def deliver(
             _keep_pending(result, chunk, stack)
             break
         try:
-            writer.send(chunk, deadline.timeout(request_timeout))
+            try:
+                writer.send(chunk, deadline.timeout(request_timeout))
+            except (RejectedError, TooLargeError, UnavailableError):
+                raise
+            except Exception as exc:  # a writer's bug or an answer no branch foresaw: not
+                # an acknowledgement, and not the data's fault (the type only: no input quoted)
+                raise UnavailableError(f"unexpected failure ({type(exc).__name__})") from exc
             result.written += len(chunk)
         except (RejectedError, TooLargeError) as exc:
             if len(chunk) == 1 or (isinstance(exc, RejectedError) and exc.every_line):
@@ -211,7 +218,8 @@ def _keep_pending(result: Delivery, chunk: Sequence[str], stack: list[Sequence[s
 
 
 def _join(lines: Sequence[str]) -> bytes:
-    return ("\n".join(lines) + "\n").encode("utf-8")
+    # encodable: lines spooled before Point.to_line made every line encodable
+    return encodable("\n".join(lines) + "\n").encode("utf-8")
 
 
 def _short(body: bytes | str, limit: int = 300) -> str:
@@ -245,6 +253,14 @@ def _v1_refused_every_line(body: bytes, count: int) -> bool:
         dropped = _DROPPED.search(error)
         return dropped is not None and int(dropped.group(1)) == count
     return error.startswith("unable to parse")
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001, ANN201
+        return None  # urllib raises the 3xx as an HTTPError
+
+
+_NO_REDIRECTS = urllib.request.build_opener(_NoRedirect)
 
 
 class InfluxV1Writer:
@@ -283,16 +299,30 @@ class InfluxV1Writer:
             self.url, data=_join(lines), headers=self.headers, method="POST"
         )
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
+            with _NO_REDIRECTS.open(request, timeout=timeout) as response:
                 response.read()
+                status = response.status
         except urllib.error.HTTPError as exc:
-            body = exc.read()
+            if 300 <= exc.code < 400:  # followed, the write would become a GET without body
+                where = exc.headers.get("Location", "?") if exc.headers else "?"
+                raise UnavailableError(
+                    f"HTTP {exc.code}: redirected to {_short(where)}: give the InfluxDB URL itself"
+                ) from exc
+            try:
+                body = exc.read()
+            except (OSError, http.client.HTTPException):  # cut short: the status says enough
+                body = b""
             every_line = exc.code == 400 and _v1_refused_every_line(body, len(lines))
             _raise_for_status(exc.code, retention_refusal(_short(body), self.policy), every_line)
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             # HTTPException: something that is not an HTTP server answered (BadStatusLine...)
             reason = getattr(exc, "reason", None) or f"{type(exc).__name__}: {_short(str(exc))}"
             raise UnavailableError(f"cannot reach {self.url.split('?')[0]}: {reason}") from exc
+        if status != 204:  # what InfluxDB answers a write it took; a proxy's page is no ack
+            raise UnavailableError(
+                f"HTTP {status} from {self.url.split('?')[0]}: not InfluxDB's answer to a write"
+                " (204 No Content)"
+            )
 
     def close(self) -> None:
         pass

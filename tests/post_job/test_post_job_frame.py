@@ -457,3 +457,18 @@ def test_internal_error_names_the_type_not_the_message(
     assert status == 1
     assert "job=9 internal error: ValueError" in err
     assert "SECRET" not in err
+
+
+def test_flush_internal_error_is_one_line_too(tmp_path: Path, monkeypatch, capsys) -> None:
+    from hpcmon.post_job import cli
+
+    def broken(*args, **kwargs):
+        raise ValueError("could not convert 'SECRET-bytes-of-a-spool'")
+
+    monkeypatch.setattr(cli, "flush", broken)
+    argv = ["flush", "--spool-dir", str(tmp_path), "--influx.v1-url", "http://127.0.0.1:9"]
+    status = main([*argv, "--influx.database", "d"])
+    err = capsys.readouterr().err
+    assert status == 1
+    assert "flush: internal error: ValueError" in err
+    assert "SECRET" not in err and "Traceback" not in err

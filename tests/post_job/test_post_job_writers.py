@@ -342,3 +342,80 @@ def test_v1_credentials_from_files_a_secret_mounts(tmp_path: Path) -> None:
     assert (settings.v1_username, settings.v1_password) == ("hpcmon", "s3cret")
     with pytest.raises(ValueError, match="missing: cannot read"):
         settings.add_secrets(None, {"INFLUX_PASSWORD_FILE": str(tmp_path / "missing")})
+
+
+@contextlib.contextmanager
+def raw_http_answer(answer: bytes):
+    """A port that reads a request and answers ``answer`` byte for byte, then hangs up: what
+    a proxy in front of InfluxDB may send (no real one can run here)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    requests: list[bytes] = []
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = listener.accept()
+                with conn:
+                    requests.append(conn.recv(65536).split(b"\r\n", 1)[0])
+                    conn.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}", requests
+    finally:
+        listener.close()
+
+
+REDIRECT = b"HTTP/1.1 302 Found\r\nLocation: /sso/login\r\nContent-Length: 0\r\n\r\n"
+OK_PAGE = b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n<html>ok</>"
+CUT_SHORT = b'HTTP/1.1 503 Service Unavailable\r\nContent-Length: 100\r\n\r\n{"error":'
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        (REDIRECT, "HTTP 302: redirected to /sso/login"),
+        (OK_PAGE, "HTTP 200 from"),
+        (CUT_SHORT, "HTTP 503"),
+    ],
+)
+def test_v1_answers_that_are_no_acknowledgement_keep_the_lines(answer, reason) -> None:
+    # a redirect followed would be a GET without the lines; a 200 page is a proxy's, not
+    # InfluxDB's 204; a 503 whose body is cut short is still an outage, not a crash
+    lines = ["m v=1i 1", "m v=2i 2"]
+    with raw_http_answer(answer) as (url, requests):
+        outcome = deliver(InfluxV1Writer(url, "db"), lines, Deadline(10), request_timeout=5)
+    assert outcome.written == 0 and outcome.pending == lines and not outcome.rejected
+    assert reason in (outcome.unavailable_reason or "")
+    assert [request.split()[0] for request in requests] == [b"POST"]
+
+
+def test_a_writer_failing_unexpectedly_keeps_the_lines() -> None:
+    class Broken:
+        def send(self, lines, timeout):
+            raise KeyError("a bug")
+
+    outcome = deliver(Broken(), ["m v=1i 1"], Deadline(10))
+    assert outcome.pending == ["m v=1i 1"] and outcome.written == 0
+    assert outcome.unavailable_reason == "unexpected failure (KeyError)"
+
+
+def test_a_lone_surrogate_reaches_influxdb_and_the_lines_after_it_too(
+    influxdb1: servers.InfluxDB1,
+) -> None:
+    # a non-UTF-8 path read with surrogateescape, or a JSON "\udce9" in a VizTracer trace:
+    # before, encoding the request raised, and every line spooled after it waited forever
+    influxdb1.create_database("surrogates")
+    point = Point("m", {"function": "main (/home/ren\udce9/run.py:1)"}, {"v": 1}, 1)
+    line = point.to_line()
+    assert "ren\ufffd" in line
+    spooled_earlier = 'm,function=x\ud83d file="a\udce9" 2'  # as a spool made before holds it
+    outcome = deliver(
+        InfluxV1Writer(influxdb1.url, "surrogates"), [line, spooled_earlier], Deadline(10)
+    )
+    assert (outcome.written, outcome.pending, outcome.rejected) == (2, [], [])
+    rows = influxdb1.series("SELECT * FROM m GROUP BY *", db="surrogates")
+    assert sorted(s["tags"]["function"] for s in rows) == [
+        "main (/home/ren\ufffd/run.py:1)",
+        "x\ufffd",
+    ]
