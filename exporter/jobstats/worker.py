@@ -9,10 +9,15 @@ through the child's stdout, and serves the last one until the next arrives.
 
 The child dies with the exporter (parent-death signal, or a closed pipe); on SIGTERM it kills
 a running lctl first. If the child dies on its own, the collector reports failure (no stale
-data served as current) and the child is started again. The child is started with ``-P``, so
-a folder in the working directory can never shadow the installed package. A child that cannot
-start (it dies before its first sample) is said once: the same failure again is not repeated,
-and the restarts back off up to a minute; scrapes do not wait for it meanwhile.
+data served as current) and the child is started again. A child whose read hangs (a stuck
+Lustre procfs read never returns; only lctl runs under a timeout) sends nothing: once the
+newest sample is older than ``stale_after()`` it is no longer served (the collector fails,
+one warning line says so) and the child is killed and started again; a child that does not
+die (blocked in an uninterruptible read) is not waited for, and its sample stays unserved.
+The child is started with ``-P``, so a folder in the working directory can never shadow the
+installed package. A child that cannot start (it dies before its first sample) is said once:
+the same failure again is not repeated, and the restarts back off up to a minute; scrapes do
+not wait for it meanwhile.
 """
 
 from __future__ import annotations
@@ -38,6 +43,15 @@ PR_SET_PDEATHSIG = 1
 NICENESS = 10
 RESTART_SECONDS = 1.0
 MAX_DELAY = 60.0  # seconds between attempts to start a child that cannot start
+STUCK_MARGIN = 5.0  # seconds to parse and render a big server's sample, on top of its read
+
+
+def stale_after(interval: float, timeout: float) -> float:
+    """Seconds after which the newest sample is no longer current. The child finishes a sample
+    at most ``interval`` after the previous one plus one read (lctl is killed at ``timeout``)
+    plus parsing; three intervals so a long interval is not called stuck for one slow sample.
+    With interval 0 (sampling on scrape, no child) this is the time one sample may take."""
+    return max(3 * interval, interval + timeout + STUCK_MARGIN)
 
 
 def _without_time(line: str) -> str:
@@ -115,8 +129,13 @@ class SamplerProcess:
                 if key.startswith("jobstats_") or key == "path_procfs"
             }
         )
+        self.stale_after = stale_after(options.jobstats_interval, options.jobstats_timeout)
         self._process: subprocess.Popen[bytes] | None = None
-        self._snapshot: Compressed | None = None
+        self._newest: tuple[Compressed, float] | None = None  # and when it came (monotonic)
+        self._waiting_since = time.monotonic()  # the last sample, or the running child's start
+        self._last_sample = "never"  # wall-clock time of the last sample, for the log
+        self._stuck: str | None = None  # why no sample is current, until one arrives
+        self._killed: subprocess.Popen[bytes] | None = None  # the stuck child we killed
         self._ready = threading.Event()
         self._stopping = threading.Event()
         self._receiver: threading.Thread | None = None
@@ -147,6 +166,7 @@ class SamplerProcess:
         with self._lock:
             self._ready_once = False
             self._held = []
+            self._waiting_since = time.monotonic()
         self._relay = threading.Thread(
             target=self._relay_stderr, args=(process,), name="jobstats-stderr", daemon=True
         )
@@ -185,10 +205,12 @@ class SamplerProcess:
                     process.kill()
                     code = process.wait()
                 self._relay.join(timeout=5)
-                self._snapshot = None
+                self._newest = None
                 self._ready.clear()
                 process.stdout.close()
-                if self._ready_once:
+                if process is self._killed:  # stuck: said once when it was killed
+                    delay = RESTART_SECONDS
+                elif self._ready_once:
                     log.error("jobstats sampler process exited (code %s); starting it again", code)
                     delay = RESTART_SECONDS
                 else:  # it died before its first sample: it cannot start
@@ -213,19 +235,53 @@ class SamplerProcess:
                 log.warning("jobstats sampler process started")
                 self._failing = False
                 self._said = ""
-            self._snapshot = snapshot
+            with self._lock:
+                self._newest = (snapshot, time.monotonic())
+                self._waiting_since = self._newest[1]
+                self._last_sample = time.strftime("%H:%M:%S")
+                if self._stuck is not None:
+                    log.warning("jobstats sampler process: samples arrive again")
+                    self._stuck = None
             self._ready.set()
 
     def latest(self, deadline: float) -> Compressed:
-        """The last exposition; waits (up to ``deadline``, time.monotonic) only for the
-        first one. Raises SamplerGone while the child is down."""
-        while (snapshot := self._snapshot) is None:
-            if self._failing:
-                raise SamplerGone("the jobstats sampler process cannot start")
+        """The last exposition while it is current; waits (up to ``deadline``,
+        time.monotonic) only for the first one. Raises SamplerGone while the child is down,
+        or stuck: then it is killed (once) and started again."""
+        newest = self._newest
+        if newest is not None and time.monotonic() - newest[1] <= self.stale_after:
+            return newest[0]
+        if self._failing:
+            raise SamplerGone("the jobstats sampler process cannot start")
+        if self._stuck is not None or time.monotonic() - self._waiting_since > self.stale_after:
+            raise SamplerGone(self._stuck_child())  # at once: no wait for what is not coming
+        while (newest := self._newest) is None:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not self._ready.wait(remaining):
                 raise SamplerGone("no jobstats sample yet: the sampler process is not running")
-        return snapshot
+        return newest[0]
+
+    def _stuck_child(self) -> str:
+        """Says once that no sample came for too long, kills the child that is stuck (never
+        waited for: one blocked in the kernel may not die yet) and returns the reason, the
+        same for every scrape until a sample arrives."""
+        with self._lock:
+            age = time.monotonic() - self._waiting_since
+            if self._stuck is None:
+                self._stuck = (
+                    f"no jobstats sample for over {self.stale_after:g} s (the last: "
+                    f"{self._last_sample}): a read is stuck"
+                )
+                log.warning(
+                    "%s; restarting the sampler process (%.0f s without a sample)",
+                    self._stuck,
+                    age,
+                )
+            process = self._process
+            if age > self.stale_after and process is not None and process is not self._killed:
+                self._killed = process
+                process.kill()
+            return self._stuck
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stopping.set()
@@ -236,12 +292,15 @@ class SamplerProcess:
                 process.wait(timeout)
             except subprocess.TimeoutExpired:
                 process.kill()
-                process.wait(5)
-        if self._receiver is not None:
-            self._receiver.join(timeout=5)
-            self._receiver = None
-        if process is not None:
-            process.stdout.close()
+                try:
+                    process.wait(5)
+                except subprocess.TimeoutExpired:  # blocked in the kernel: not waited for
+                    log.warning("jobstats sampler process %d does not die", process.pid)
+        receiver, self._receiver = self._receiver, None
+        if receiver is not None:
+            receiver.join(timeout=5)
+        if process is not None and not (receiver is not None and receiver.is_alive()):
+            process.stdout.close()  # (a close would wait for the receiver's read)
         if self._relay is not None:
             self._relay.join(timeout=5)
 
