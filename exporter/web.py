@@ -125,7 +125,7 @@ def _mapping(value: Any, where: str, known: set[str], path: str) -> dict[str, An
         return {}
     if not isinstance(value, dict):
         raise ConfigError(f"{path}: {where} must be a mapping")
-    unknown = sorted(str(key) for key in value if key not in known)
+    unknown = sorted(repr(str(key)) for key in value if key not in known)  # repr: one line
     if unknown:
         raise ConfigError(
             f"{path}: {where}: unknown setting(s) {', '.join(unknown)} "
