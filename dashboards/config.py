@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from hpcmon.common.config import ConfigError, load_yaml_mapping
+from hpcmon.common.config import ConfigError, load_yaml_mapping, shown_key
 
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
@@ -102,7 +102,8 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
     values: dict[str, Any] = {}
     for key, value in data.items():
         if key not in known:
-            raise ConfigError(f"{prefix}{key}: unknown key (known: {', '.join(sorted(known))})")
+            known_keys = ", ".join(sorted(known))
+            raise ConfigError(f"{prefix}{shown_key(key)}: unknown key (known: {known_keys})")
         declared = known[key].type
         if declared == "Thresholds":
             if not isinstance(value, dict):

@@ -27,7 +27,7 @@ from typing import Any
 
 import bcrypt
 
-from hpcmon.common.config import ConfigError, load_yaml_mapping
+from hpcmon.common.config import ConfigError, load_yaml_mapping, shown_key
 from hpcmon.exporter.exposition import Part, gzip_parts, plain_chunks, plain_length
 
 log = logging.getLogger("hpcmon.exporter.web")
@@ -125,7 +125,7 @@ def _mapping(value: Any, where: str, known: set[str], path: str) -> dict[str, An
         return {}
     if not isinstance(value, dict):
         raise ConfigError(f"{path}: {where} must be a mapping")
-    unknown = sorted(repr(str(key)) for key in value if key not in known)  # repr: one line
+    unknown = sorted(shown_key(key) for key in value if key not in known)
     if unknown:
         raise ConfigError(
             f"{path}: {where}: unknown setting(s) {', '.join(unknown)} "

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpcmon.common.config import ConfigError, load_yaml_mapping
+from hpcmon.common.config import ConfigError, load_yaml_mapping, shown_key
 from hpcmon.post_job.app import check_app_template
 from hpcmon.post_job.options import option, source_options
 from hpcmon.post_job.patterns import check_pattern
@@ -99,7 +99,7 @@ def _mapping(value: Any, where: str) -> dict[str, Any]:
 
 
 def _check_keys(data: Mapping[str, Any], allowed: set[str], where: str) -> None:
-    unknown = sorted(str(key) for key in data if key not in allowed)
+    unknown = sorted(shown_key(key) for key in data if key not in allowed)
     if unknown:
         raise ConfigError(
             f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}"

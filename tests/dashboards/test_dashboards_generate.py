@@ -84,6 +84,7 @@ def test_generate_writes_every_file_the_same_twice(tmp_path: Path) -> None:
         ("thresholds:\n  metadata_storm_ops_per_second: lots\n", "expected a number"),
         ("thresholds: {nope: 1}\n", "thresholds.nope: unknown key"),
         ("colour: blue\n", "colour: unknown key"),
+        ('"col\\nour": blue\n', "'col\\nour': unknown key"),  # one line, whatever the key
         ("jobid_labels: [job-id]\n", "not a usable label name"),
         ("jobid_labels: [target]\n", "not a usable label name"),
         ("rates_from: both\n", "rates_from"),

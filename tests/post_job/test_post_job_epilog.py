@@ -66,6 +66,7 @@ def test_example_config_is_valid() -> None:
         ({"time_limit_seconds": 1e9}, "time_limit_seconds must be a number of seconds"),
         ({"strict": "yes"}, "strict must be true or false"),
         ({"colour": 1}, "unknown key(s) colour"),
+        ({"col\nour": 1}, "unknown key(s) 'col\\nour'"),  # one line, whatever the key
         ({"sources": {"darshan": {}}}, "give at least one of logs, texts or logdir"),
         ({"sources": {"lustre": {"x": 1}}}, "unknown key(s) lustre"),
         ({"sources": {"geopm_report": {"reports": "/x/{jobid.__class__}"}}}, "not a plain name"),

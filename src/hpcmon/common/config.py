@@ -12,6 +12,13 @@ class ConfigError(ValueError):
     pass
 
 
+def shown_key(key: object) -> str:
+    """A key of a user's file as it can stand in a one-line message: as written, or quoted
+    (``repr``) when it holds a line break or another character that does not print."""
+    text = str(key)
+    return text if text.isprintable() else repr(text)
+
+
 def load_yaml_mapping(path: str | Path) -> dict[str, Any]:
     """Load a YAML file whose top level must be a mapping (empty file = empty mapping)."""
     path = Path(path)
