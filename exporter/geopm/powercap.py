@@ -1,6 +1,9 @@
 """Linux powercap (RAPL) zones under ``<sysfs>/class/powercap/intel-rapl:*`` -> energy samples.
 
-Read: ``name``, ``energy_uj`` (wraps at ``max_energy_range_uj``), per zone. AMD packages
+Read: ``name``, ``energy_uj`` and ``max_energy_range_uj``, per zone. The kernel's counter
+runs from 0 to ``max_energy_range_uj`` and then starts again at 0, so a reading outside that
+range (or not a count, or a zone without a range) is no sample: it is reported and the zone's
+counter waits for the next good reading, never taking a bogus value in. AMD packages
 appear under the same ``intel-rapl`` control type. Since Linux 5.10 ``energy_uj`` is readable
 by root only (CVE-2020-8694), so a permission error is reported as such, zone by zone.
 Zones are listed again at every read: hot-plugged or reloaded drivers add and remove them.
@@ -9,6 +12,7 @@ Zones are listed again at every read: hot-plugged or reloaded drivers add and re
 from __future__ import annotations
 
 import errno
+import math
 import os
 import re
 import time
@@ -30,16 +34,23 @@ PERMISSION_HINT = (
 
 @dataclass(frozen=True, slots=True)
 class Zone:
-    """What is fixed about a zone: where it is, which signal it stands for, its wrap range."""
+    """What is fixed about a zone: where it is, which signal it stands for, its counter's top
+    (``max_energy_range_uj``; None when missing, 0 or not a count)."""
 
     path: str
     key: SignalKey
-    wrap_range_joules: float | None
+    max_uj: int | None
 
 
 def _read_text(path: str) -> str:
     with open(path, "rb") as handle:
         return handle.read(4096).decode("ascii", "replace").strip()
+
+
+def _microjoules(text: str) -> int | None:
+    """A count as sysfs writes it (ASCII digits only), else None: ``int()`` would also take
+    ``+5``, ``1_0`` or spaces inside, which no kernel writes."""
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 def _describe(error: OSError) -> str:
@@ -120,13 +131,30 @@ class PowercapBackend:
             except OSError:
                 parent_name = None
         try:
-            wrap = int(_read_text(os.path.join(path, "max_energy_range_uj"))) / 1e6
-            wrap = wrap if wrap > 0 else None
-        except (OSError, ValueError):
-            wrap = None
-        zone = Zone(path, zone_signal(zone_id, name, parent_name), wrap)
-        self._zones[zone_id] = zone
+            max_uj = _microjoules(_read_text(os.path.join(path, "max_energy_range_uj"))) or None
+        except OSError:
+            max_uj = None
+        zone = Zone(path, zone_signal(zone_id, name, parent_name), max_uj)
+        if max_uj is not None:  # else read again next time: a glitch must not last forever
+            self._zones[zone_id] = zone
         return zone
+
+    @staticmethod
+    def _sample(zone: Zone, raw: str) -> Sample | str:
+        """The zone's sample, or why its reading is none."""
+        microjoules = _microjoules(raw)
+        if microjoules is None:
+            return f"{zone.path}/energy_uj: not a count of microjoules: {raw[:40]!r}"
+        if zone.max_uj is None:
+            return (
+                f"{zone.path}/max_energy_range_uj: missing, 0 or not a count: "
+                "readings cannot be checked nor wraps corrected"
+            )
+        if microjoules > zone.max_uj:
+            return f"{zone.path}/energy_uj: {raw[:40]} above max_energy_range_uj {zone.max_uj}"
+        # The counter takes max_energy_range_uj + 1 values (0 to max), hence the wrap range.
+        wrap = (zone.max_uj + 1) / 1e6
+        return Sample(zone.key, microjoules / 1e6, True, "joules", wrap)
 
     def read(self) -> SampleBatch:
         batch = SampleBatch(self.source, time.monotonic(), self._epoch)
@@ -147,15 +175,6 @@ class PowercapBackend:
                     where = os.path.join(self.root, ZONE_PREFIX + zone_id)
                     batch.errors.append(f"{where}: {_describe(exc)}")
                 continue
-            try:
-                microjoules = int(raw)
-                if microjoules < 0:
-                    raise ValueError
-            except ValueError:
-                batch.errors.append(
-                    f"{zone.path}/energy_uj: not a count of microjoules: {raw[:40]!r}"
-                )
-                continue
             if zone.key in seen:
                 batch.errors.append(
                     f"{zone.path}: duplicate zone for {zone.key.signal} "
@@ -163,10 +182,13 @@ class PowercapBackend:
                 )
                 continue
             seen.add(zone.key)
-            batch.samples.append(
-                Sample(zone.key, microjoules / 1e6, True, "joules", zone.wrap_range_joules)
-            )
+            sample = self._sample(zone, raw)
+            if isinstance(sample, str):
+                batch.errors.append(sample)
+                # NaN: the zone is there but gave no value; its counter is left as it was.
+                sample = Sample(zone.key, math.nan, True, "joules")
+            batch.samples.append(sample)
         batch.time = time.monotonic()
-        if not batch.samples:
+        if not any(math.isfinite(s.value) for s in batch.samples):
             raise BackendError("; ".join(batch.errors[:3]) or f"{self.root}: no readable zone")
         return batch

@@ -21,6 +21,12 @@ log = logging.getLogger("hpcmon.exporter.geopm")
 
 MAX_BACKOFF_SECONDS = 60.0
 LOG_REPEAT_SECONDS = 600.0  # the same problem is logged again at most this often
+# No single energy signal of one node (CPU package, DRAM, board, GPU) draws anything near
+# 20 kW (a node with 8 GPUs draws about 10 kW): more energy in one interval is a bad reading
+# (firmware glitch, hostile sysfs), not energy spent. One second more than the interval
+# allows for when, within the read, each zone was read.
+MAX_PLAUSIBLE_WATTS = 20_000.0
+PLAUSIBLE_SLACK_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,10 +65,13 @@ class _Counter:
 class CounterTracker:
     """Turns raw monotone readings into counters that never go down.
 
-    A small decrease within the declared wrap range is a hardware wraparound: the lost part
-    of the range is added back. Any other decrease, a source restart (new epoch) or a signal that
-    went away and came back re-bases the counter: the interval is not counted, the total
-    keeps its value. The first reading of a signal starts the total at the raw value.
+    A small decrease within the declared wrap range (the number of values the hardware
+    counter takes) is a hardware wraparound: the rest of the range is added back. Any other
+    decrease, a source restart (new epoch) or a signal that went away and came back re-bases
+    the counter: the interval is not counted, the total keeps its value. So does an energy
+    step above ``MAX_PLAUSIBLE_WATTS``, reported as a problem. A NaN sample (the signal is there
+    but gave no value) leaves the counter as it was, so the next good reading continues it.
+    The first reading of a signal starts the total at the raw value.
     """
 
     def __init__(self) -> None:
@@ -70,9 +79,17 @@ class CounterTracker:
         self.resets: dict[str, int] = {}
 
     def update(
-        self, source: str, sample: Sample, now: float, epoch: int
+        self,
+        source: str,
+        sample: Sample,
+        now: float,
+        epoch: int,
+        problems: list[str] | None = None,
     ) -> tuple[float, float | None, float]:
-        """(total, energy added since the last reading or None, seconds since it)."""
+        """(total, energy added since the last reading or None, seconds since it).
+
+        A step re-based because it is implausible is described in ``problems``.
+        """
         slot = (source, sample.key)
         counter = self._counters.get(slot)
         if counter is None:
@@ -88,7 +105,7 @@ class CounterTracker:
             # A wrap moves the counter by less than half its range in one interval (RAPL's
             # range lasts minutes at full power); a larger jump is a reset, e.g. a reloaded
             # driver, and adding the range would invent up to a whole range of energy.
-            if wrap and counter.raw <= wrap and sample.value <= wrap and delta + wrap < wrap / 2:
+            if wrap and counter.raw < wrap and sample.value < wrap and delta + wrap < wrap / 2:
                 delta += wrap
             else:
                 self.resets[source] = self.resets.get(source, 0) + 1
@@ -103,6 +120,17 @@ class CounterTracker:
                 )
                 counter.raw, counter.time = sample.value, now
                 return counter.total, None, 0.0
+        if sample.unit == "joules" and delta > MAX_PLAUSIBLE_WATTS * (
+            elapsed + PLAUSIBLE_SLACK_SECONDS
+        ):
+            if problems is not None:
+                problems.append(
+                    f"{sample.key.signal} {sample.key.domain} {sample.key.index}: "
+                    f"{delta:.6g} J in {elapsed:.3g} s is more than {MAX_PLAUSIBLE_WATTS:g} W "
+                    "could draw: not counted, counter re-based"
+                )
+            counter.raw, counter.time = sample.value, now
+            return counter.total, None, 0.0
         counter.raw, counter.time = sample.value, now
         counter.total += delta
         return counter.total, delta, elapsed
@@ -126,7 +154,9 @@ def readings_from_batch(batch: SampleBatch, tracker: CounterTracker) -> list[Rea
         if not sample.monotone:
             readings.append(Reading(sample.key, value, False, sample.unit, batch.source))
             continue
-        total, delta, elapsed = tracker.update(batch.source, sample, batch.time, batch.epoch)
+        total, delta, elapsed = tracker.update(
+            batch.source, sample, batch.time, batch.epoch, batch.errors
+        )
         readings.append(Reading(sample.key, total, True, sample.unit, batch.source))
         signal = sample.key.signal
         if sample.unit == "joules" and signal.endswith("_ENERGY") and delta is not None:
@@ -135,9 +165,7 @@ def readings_from_batch(batch: SampleBatch, tracker: CounterTracker) -> list[Rea
             )
             if power_key not in given and elapsed > 0:
                 derived.append(Reading(power_key, delta / elapsed, False, "watts", batch.source))
-    tracker.mark_missing(
-        batch.source, {s.key for s in batch.samples if s.monotone and math.isfinite(s.value)}
-    )
+    tracker.mark_missing(batch.source, {s.key for s in batch.samples if s.monotone})
     return readings + derived
 
 

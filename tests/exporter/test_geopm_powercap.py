@@ -3,6 +3,7 @@ that come and go, hostile file contents."""
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import tempfile
@@ -76,12 +77,13 @@ def test_wraparound_adds_the_lost_range(tmp_path: Path) -> None:
     sampler.sample_once()
     start = (MAX_RANGE_UJ - 1_000_000) / 1e6
     assert totals(sampler)[PACKAGE0] == pytest.approx(start, abs=1e-6)
-    (zone / "energy_uj").write_text("2500000\n")  # wrapped: 1 J to the top, then 2.5 J
+    # Wrapped: 1 J to the top, 1 uJ from the top to 0 (the counter takes max + 1 values), 2.5 J.
+    (zone / "energy_uj").write_text("2500000\n")
     sampler.sample_once()
-    assert totals(sampler)[PACKAGE0] == pytest.approx(start + 3.5, abs=1e-6)
+    assert totals(sampler)[PACKAGE0] == pytest.approx(start + 3.500001, abs=1e-7)
     (zone / "energy_uj").write_text("4000000\n")
     sampler.sample_once()
-    assert totals(sampler)[PACKAGE0] == pytest.approx(start + 5.0, abs=1e-6)
+    assert totals(sampler)[PACKAGE0] == pytest.approx(start + 5.000001, abs=1e-7)
     assert sampler.snapshot.counter_resets_total.get("powercap", 0) == 0
 
 
@@ -99,17 +101,18 @@ def test_counter_reset_to_zero_mid_range_is_not_a_wrap(tmp_path: Path) -> None:
     assert sampler.snapshot.counter_resets_total["powercap"] == 1
 
 
-def test_decrease_without_range_is_a_reset_not_counted(tmp_path: Path) -> None:
-    zone = write_zone(tmp_path, "0", "package-0", 5_000_000, max_range_uj=None)
+def test_zone_without_range_is_reported_not_sampled(tmp_path: Path) -> None:
+    """Without max_energy_range_uj a reading can be neither checked nor unwrapped."""
+    write_zone(tmp_path, "0", "package-0", 5_000_000)
+    zone = write_zone(tmp_path, "1", "package-1", 5_000_000, max_range_uj=None)
     sampler = Sampler([PowercapBackend(tmp_path)], 1.0)
     sampler.sample_once()
-    (zone / "energy_uj").write_text("1000000\n")
+    assert SignalKey("CPU_ENERGY", "package", 1) not in totals(sampler)
+    assert sampler.snapshot.errors_total["powercap"] == 1
+    assert "intel-rapl:1/max_energy_range_uj" in sampler.snapshot.last_error
+    (zone / "max_energy_range_uj").write_text(f"{MAX_RANGE_UJ}\n")  # read again, not cached
     sampler.sample_once()
-    assert totals(sampler)[PACKAGE0] == pytest.approx(5.0, abs=1e-9)
-    (zone / "energy_uj").write_text("3000000\n")
-    sampler.sample_once()
-    assert totals(sampler)[PACKAGE0] == pytest.approx(7.0, abs=1e-9)
-    assert sampler.snapshot.counter_resets_total["powercap"] == 1
+    assert totals(sampler)[SignalKey("CPU_ENERGY", "package", 1)] == pytest.approx(5.0)
 
 
 def test_power_derived_from_energy_over_the_interval() -> None:
@@ -190,7 +193,9 @@ def test_garbage_values_are_reported_and_skipped(tmp_path: Path) -> None:
     write_zone(tmp_path, "1", "package-1", -5)
     write_zone(tmp_path, "2", "package-2", 7_000_000)
     batch = PowercapBackend(tmp_path).read()
-    assert values(batch) == {SignalKey("CPU_ENERGY", "package", 2): 7.0}
+    read = values(batch)
+    assert read.pop(SignalKey("CPU_ENERGY", "package", 2)) == 7.0
+    assert len(read) == 2 and all(math.isnan(v) for v in read.values())  # there, no value
     assert len(batch.errors) == 2
     assert "intel-rapl:0/energy_uj" in batch.errors[0] and "not-a-number" in batch.errors[0]
 
@@ -252,7 +257,9 @@ def test_wrapping_counter_total_equals_the_energy_spent(
     for number, step in enumerate([0.0, *steps]):
         spent_uj += int(step * wrap_uj)
         raw = Sample(PACKAGE0, (spent_uj % wrap_uj) / 1e6, True, "joules", wrap_uj / 1e6)
-        total, _, _ = tracker.update("powercap", raw, float(number), 0)
+        # A minute apart: a RAPL range lasts minutes at full power, so steps up to half the
+        # range are plausible then (in one second they would be refused as too much power).
+        total, _, _ = tracker.update("powercap", raw, 60.0 * number, 0)
         first = total if first is None else first
     expected = (spent_uj - int(start_fraction * wrap_uj)) / 1e6
     assert total - first == pytest.approx(expected, rel=1e-9, abs=1e-6)
