@@ -37,7 +37,14 @@ from hpcmon.exporter.collector import (
 )
 from hpcmon.exporter.exposition import KEEP_RAW_BYTES, Compressed, render_families
 from hpcmon.exporter.jobstats.limits import TopJobs, job_series
-from hpcmon.exporter.jobstats.parser import BYTE_OPERATIONS, U64_MAX, JobEntry, Target, iter_text
+from hpcmon.exporter.jobstats.parser import (
+    BYTE_OPERATIONS,
+    U64_MAX,
+    JobEntry,
+    OpStats,
+    Target,
+    iter_text,
+)
 from hpcmon.exporter.jobstats.rates import RateTracker
 from hpcmon.exporter.jobstats.render import (
     LabelCache,
@@ -157,6 +164,178 @@ def _latest(a: float | None, b: float | None, pick) -> float | None:
     if a is None or b is None:
         return a if b is None else b
     return pick(a, b)
+
+
+Ops = dict[str, OpStats]  # operation -> its numbers, as parsed (samples and sum are counters)
+
+
+def _continues(before: _Part, start_time: float | None, now: Ops) -> bool:
+    """Whether an entry is the same Lustre entry as ``before``, later: not reset, by the rule
+    of the per-target rates (rates.py): a changed ``start_time`` or a counter that went down
+    (an operation no longer listed counts as 0) is a new entry, counted from 0."""
+    if before.start_time is not None and start_time is not None and before.start_time != start_time:
+        return False
+    for name, old in before.ops.items():
+        op = now.get(name)
+        if op is None:
+            if old.samples or old.sum:
+                return False
+        elif op.samples < old.samples or op.sum < old.sum:
+            return False
+    return True
+
+
+def _growth(before: _Part, now: Ops) -> int:
+    return sum(op.samples + op.sum for op in now.values()) - sum(
+        op.samples + op.sum for op in before.ops.values()
+    )
+
+
+@dataclass(slots=True)
+class _Part:
+    """One job entry of one target as last read (an id listed both quoted and unquoted has
+    two entries there)."""
+
+    start_time: float | None
+    ops: Ops
+
+
+@dataclass(slots=True)
+class _ServerJob:
+    """One job's sum over a component's targets, with what makes it never go down."""
+
+    start_time: float | None  # as first seen: a changed one would read as a restart
+    snapshot_time: float | None  # never goes back (the rates' clock)
+    units: dict[str, str]  # every operation the job listed, in first-seen order, its unit
+    retired: dict[str, list[int]]  # operation -> [samples, sum] of parts expired or reset
+    parts: dict[str, list[_Part]]  # target -> its entries as last read
+
+    def retire(self, parts: list[_Part]) -> None:
+        for part in parts:
+            for name, op in part.ops.items():
+                counted = self.retired.setdefault(name, [0, 0])
+                counted[0] += op.samples
+                counted[1] += op.sum
+
+
+class ServerSums:
+    """``--jobstats.aggregate=server``: per job, counters summed over a component's targets
+    that never go down while the job lives.
+
+    Lustre drops an idle job's entry from one target (``job_cleanup_interval``) while the job
+    still has entries on others, and starts a new entry from 0 if the job comes back there. A
+    plain sum then falls, and Prometheus counts the whole remaining value again as after a
+    restart. So each part (one entry of one target) keeps its last counters: when it is gone
+    or was reset, they stay in the job's sum as ``retired``, and what is listed now is added
+    on top. A target that could not be read keeps its parts as they were (not listed, not
+    gone). A job is forgotten, and its series go away, once no part of it is left.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, dict[str, _ServerJob]] = {}  # component -> jobid -> sum
+
+    def components(self) -> list[str]:
+        """Components with jobs still held (a component whose targets are all unreadable)."""
+        return list(self._jobs)
+
+    def update(
+        self, component: str, targets: list[tuple[str, list[JobEntry]]], unread: set[str]
+    ) -> list[JobEntry]:
+        """One entry per job listed by ``targets`` (target name, its entries) this sample;
+        ``unread`` are the component's targets that could not be read."""
+        listed: dict[str, dict[str, list[JobEntry]]] = {}  # jobid -> target -> entries
+        for target, entries in targets:
+            for entry in entries:
+                listed.setdefault(entry.jobid, {}).setdefault(target, []).append(entry)
+        before = self._jobs.get(component, {})
+        jobs: dict[str, _ServerJob] = {}
+        summed: list[JobEntry] = []
+        for jobid in [*listed, *(jobid for jobid in before if jobid not in listed)]:
+            by_target = listed.get(jobid, {})
+            job = before.get(jobid)
+            if job is None:
+                job = _new_server_job(by_target)
+            _update_parts(job, by_target, unread)
+            if job.parts:
+                jobs[jobid] = job
+            if by_target:
+                summed.append(_server_entry(job, by_target))
+        if jobs:
+            self._jobs[component] = jobs
+        else:
+            self._jobs.pop(component, None)
+        return summed
+
+
+def _new_server_job(by_target: dict[str, list[JobEntry]]) -> _ServerJob:
+    start: float | None = None
+    for entries in by_target.values():
+        for entry in entries:
+            start = _latest(start, entry.start_time, min)
+    return _ServerJob(start, None, {}, {}, {})
+
+
+def _update_parts(job: _ServerJob, by_target: dict[str, list[JobEntry]], unread: set[str]) -> None:
+    """Retire the parts that are gone or were reset; the listed entries become the parts."""
+    for target in [target for target in job.parts if target not in by_target]:
+        if target not in unread:
+            job.retire(job.parts.pop(target))
+    for target, entries in by_target.items():
+        left = job.parts.get(target, [])
+        parts = []
+        for entry in entries:
+            same = [part for part in left if _continues(part, entry.start_time, entry.ops)]
+            if len(same) > 1:  # twins without start_time: the closest one
+                same.sort(key=lambda part: _growth(part, entry.ops))
+            if same:
+                left.remove(same[0])
+            parts.append(_Part(entry.start_time, entry.ops))
+            if not entry.ops.keys() <= job.units.keys():
+                for name, op in entry.ops.items():
+                    job.units.setdefault(name, op.unit)
+        job.retire(left)
+        job.parts[target] = parts
+
+
+def _server_entry(job: _ServerJob, by_target: dict[str, list[JobEntry]]) -> JobEntry:
+    """The job's entry: retired counters plus every part's; min/max of the listed entries."""
+    entries = [entry for listed in by_target.values() for entry in listed]
+    elapsed: float | None = None
+    for entry in entries:
+        job.snapshot_time = _latest(job.snapshot_time, entry.snapshot_time, max)
+        elapsed = _latest(elapsed, entry.elapsed_time, max)
+    first = entries[0]
+    if len(entries) == 1 and len(job.parts) == 1 and not job.retired:
+        if len(first.ops) == len(job.units):  # the job's only entry: its numbers are the sum
+            return JobEntry(first.jobid, job.snapshot_time, job.start_time, elapsed, first.ops)
+    totals = {name: [0, 0] for name in job.units}
+    for name, (samples, total) in job.retired.items():
+        totals[name] = [samples, total]
+    for parts in job.parts.values():
+        for part in parts:
+            for name, op in part.ops.items():
+                counted = totals[name]
+                counted[0] += op.samples
+                counted[1] += op.sum
+    lows: dict[str, int] = {}  # over the entries that have samples
+    highs: dict[str, int] = {}
+    for entry in entries:
+        for name, op in entry.ops.items():
+            if op.samples:
+                lows[name] = min(lows.get(name, op.min), op.min)
+            highs[name] = max(highs.get(name, 0), op.max)
+    ops = {}
+    for name, unit in job.units.items():
+        samples, total = totals[name]
+        ops[name] = OpStats(
+            min(samples, U64_MAX),
+            unit,
+            lows.get(name, 0),
+            highs.get(name, 0),
+            min(total, U64_MAX),
+            None,
+        )
+    return JobEntry(first.jobid, job.snapshot_time, job.start_time, elapsed, ops)
 
 
 def _activity(entry: JobEntry) -> int:
@@ -333,6 +512,7 @@ class JobstatsCollector(Collector):
         self.labels = LabelCache(JobIdPattern(options.jobstats_jobid_pattern))
         self.layouts = Layouts(self.labels, self.settings.operations, self.settings.deny)
         self.tracker = RateTracker()
+        self.server_sums = ServerSums()
         self.top_jobs = TopJobs(self.settings.top_jobs) if self.settings.top_jobs else None
         self._series_left = 0  # --jobstats.max-series: what the sample in progress may add
         self._series_cut = 0
@@ -452,7 +632,7 @@ class JobstatsCollector(Collector):
             labels=["component", "target"],
         )
         blocks: list[TargetBlock] = []
-        by_component: dict[str, list[list[JobEntry]]] = {}  # --jobstats.aggregate=server
+        by_component: dict[str, list[tuple[str, list[JobEntry]]]] = {}  # aggregate=server
         self._series_left = self.settings.max_series
         self._series_cut = 0
         present: list[TargetKey] = []
@@ -488,7 +668,7 @@ class JobstatsCollector(Collector):
                 up.add_metric([*key, origin], 1)
                 jobs_gauge.add_metric(list(key), len(target.jobs))
                 if self.settings.aggregate == "server":
-                    by_component.setdefault(key[0], []).append(merge_duplicates(target.jobs))
+                    by_component.setdefault(key[0], []).append((key[1], target.jobs))
                     target.jobs = []
                 else:
                     blocks.append(self._pack(key, target.jobs, wall_clock))
@@ -506,10 +686,10 @@ class JobstatsCollector(Collector):
             self._known[origin] = keys
             if not keys:
                 up.add_metric(["", "", origin], 0)
-        for component, lists in sorted(by_component.items()):
-            jobs = merge_duplicates([entry for entries in lists for entry in entries])
-            blocks.append(self._pack((component, ""), jobs, wall_clock))
-        kept = present + unread + [(component, "") for component in by_component]
+        if self.settings.aggregate == "server":
+            self._sum_servers(by_component, unread, blocks, wall_clock)
+        summed = {*by_component, *self.server_sums.components()}
+        kept = present + unread + [(component, "") for component in summed]
         self.tracker.forget_except(kept)
         self.labels.forget_except(kept)
         if self.top_jobs is not None:
@@ -526,6 +706,25 @@ class JobstatsCollector(Collector):
                 )
             )
         buffer.write(render_families(families))
+
+    def _sum_servers(
+        self,
+        by_component: dict[str, list[tuple[str, list[JobEntry]]]],
+        unread: list[TargetKey],
+        blocks: list[TargetBlock],
+        wall_clock: float,
+    ) -> None:
+        """``--jobstats.aggregate=server``: one block per component read, of its jobs' sums;
+        a component whose targets could not be read keeps its sums for when they can."""
+        unread_by: dict[str, set[str]] = defaultdict(set)
+        for component, target in unread:
+            unread_by[component].add(target)
+        for component in sorted(set(by_component) | set(self.server_sums.components())):
+            jobs = self.server_sums.update(
+                component, by_component.get(component, []), unread_by[component]
+            )
+            if component in by_component:
+                blocks.append(self._pack((component, ""), jobs, wall_clock))
 
     def _warn(self, message: str) -> None:
         """Log a problem once at WARNING (the same record is seen at every sample)."""
