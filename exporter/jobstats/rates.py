@@ -1,14 +1,16 @@
-"""Live per-job rates from consecutive samples of the same target.
+"""Live per-job rates from consecutive reads of the same target.
 
-Rules (issue 2): the clock is ``snapshot_time`` when the record has one (else the wall clock of
-the sample). A counter that decreases, or a changed ``start_time``, is a reset: the new value is
-the increment since the reset. A job seen for the first time gets a rate when its
-``start_time`` allows it (value over the time since start, or since the previous sample if that
-is later); otherwise its earlier value counts as zero at the previous sample. Rates are never
-negative, infinite or NaN: a time step shorter than ``MIN_STEP`` (a few nanoseconds between
-two ``snapshot_time`` values says nothing about a speed) gives no rate, and neither does a
-rate above ``MAX_RATE`` (no Lustre target moves 10^15 bytes or operations a second: such a
-figure can only come from a bad clock).
+Rules (issue 2, ``lustre-jobstats-methods.md``): a rate is the difference between two reads of a
+target over the time between those reads (the wall clock of each read). ``snapshot_time`` is
+never a clock: Lustre sets it to the entry's last update, so a job idle for minutes before a
+burst would have its burst spread over the idle time too. A counter that decreases, or a
+changed ``start_time``, is a reset: the new value is the increment since the reset. A job seen
+for the first time gets a rate when its ``start_time`` allows it (value over the time since
+start, or since the previous read if that is later); otherwise its earlier value counts as zero
+at the previous read. Rates are never negative, infinite or NaN: a time step shorter than
+``MIN_STEP`` says nothing about a speed and gives no rate, and neither does a rate above
+``MAX_RATE`` (no Lustre target moves 10^15 bytes or operations a second: such a figure can only
+come from a bad clock).
 """
 
 from __future__ import annotations
@@ -33,8 +35,7 @@ def rate_counters(entry: JobEntry) -> tuple[tuple[str, ...], tuple[int, ...]]:
 
 @dataclass(slots=True)
 class _JobState:
-    clock: float
-    on_snapshot_clock: bool
+    clock: float  # wall clock of the read these values come from
     start_time: float | None
     names: tuple[str, ...]
     values: tuple[int, ...]
@@ -42,8 +43,7 @@ class _JobState:
 
 @dataclass(slots=True)
 class _TargetState:
-    snapshot_clock: float | None  # latest snapshot_time seen in the previous sample
-    wall_clock: float
+    wall_clock: float  # of the previous read
     jobs: dict[str, _JobState]
 
 
@@ -66,9 +66,9 @@ def _zeros(count: int) -> tuple[float, ...]:
 
 
 class RateTracker:
-    """Keeps the previous sample of every target; ``update`` returns rates per job id.
+    """Keeps the previous read of every target; ``update`` returns rates per job id.
 
-    A job missing from a target's new sample is forgotten (it comes back as a new job).
+    A job missing from a target's new read is forgotten (it comes back as a new job).
     Targets that could not be read are simply not updated, so their state survives.
     """
 
@@ -85,32 +85,23 @@ class RateTracker:
     def update(
         self, key: tuple[str, str], jobs: Iterable[JobEntry], wall_clock: float
     ) -> dict[str, tuple[tuple[str, ...], tuple[float, ...]]]:
-        """Rates of one target's new sample: jobid -> (operation names, per-second values).
+        """Rates of one target's new read, taken at ``wall_clock`` (Unix seconds): jobid ->
+        (operation names, per-second values).
 
-        Jobs without a defined rate (first sample, no usable time step) are left out.
+        Jobs without a defined rate (first read, no usable time step) are left out.
         """
         previous = self._targets.get(key)
+        previous_clock = previous.wall_clock if previous is not None else None
         old_jobs = previous.jobs if previous is not None else {}
         new_jobs: dict[str, _JobState] = {}
         rates: dict[str, tuple[tuple[str, ...], tuple[float, ...]]] = {}
-        latest_snapshot: float | None = None
         for entry in jobs:
             names, values = rate_counters(entry)
             names = self._layouts.setdefault(names, names)
-            on_snapshot = entry.snapshot_time is not None
-            clock = entry.snapshot_time if on_snapshot else wall_clock
-            if on_snapshot and (latest_snapshot is None or clock > latest_snapshot):
-                latest_snapshot = clock
-            if previous is None:
-                previous_clock = None
-            else:
-                previous_clock = previous.snapshot_clock if on_snapshot else previous.wall_clock
-            state = _JobState(clock, on_snapshot, entry.start_time, names, values)
+            state = _JobState(wall_clock, entry.start_time, names, values)
             old = old_jobs.get(entry.jobid)
-            if old is not None and old.on_snapshot_clock != on_snapshot:
-                old = None  # clocks cannot be compared: treat as a new job
             if old is None:
-                result = self._first_seen(values, clock, entry.start_time, previous_clock)
+                result = self._first_seen(values, wall_clock, entry.start_time, previous_clock)
             else:
                 result, keep_old = self._known(old, state)
                 if keep_old:
@@ -118,7 +109,7 @@ class RateTracker:
             if result is not None:
                 rates[entry.jobid] = (names, result)
             new_jobs[entry.jobid] = state
-        self._targets[key] = _TargetState(latest_snapshot, wall_clock, new_jobs)
+        self._targets[key] = _TargetState(wall_clock, new_jobs)
         return rates
 
     @staticmethod
@@ -138,8 +129,9 @@ class RateTracker:
 
     @staticmethod
     def _known(old: _JobState, new: _JobState) -> tuple[tuple[float, ...] | None, bool]:
-        """(rates or None, whether to keep the old state because no time has passed)."""
+        """(rates or None, whether to keep the old state as the base of the next read)."""
         seconds = new.clock - old.clock
+        backwards = seconds < 0  # the wall clock was set back: no step known, start again
         restarted = (
             new.start_time is not None
             and old.start_time is not None
@@ -147,12 +139,13 @@ class RateTracker:
         )
         if not restarted and new.names == old.names:
             if new.values == old.values:  # an idle job: the common case
-                return _zeros(len(new.values)), seconds < MIN_STEP
+                return _zeros(len(new.values)), not backwards and seconds < MIN_STEP
             increments = [now - before for now, before in zip(new.values, old.values, strict=True)]
             if min(increments) >= 0:
                 if seconds >= MIN_STEP:
                     return _per_second(increments, seconds), False
-                return None, True  # too short a step: measured later against the old state
+                # Too short a step: measured at a later read against the old state.
+                return None, not backwards
         # A reset: what the entry holds now happened since it restarted.
         since = old.clock if new.start_time is None else max(new.start_time, old.clock)
         if new.clock > since:

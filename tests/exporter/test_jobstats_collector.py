@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hpcmon.exporter.collector import add_path_flags
 from hpcmon.exporter.jobstats.collector import JobstatsCollector
-from hpcmon.exporter.jobstats.parser import JobEntry, OpStats
+from hpcmon.exporter.jobstats.parser import JobEntry, OpStats, iter_text
 from hpcmon.exporter.jobstats.rates import RateTracker
 
 DATA = Path(__file__).parents[1] / "data" / "jobstats"
@@ -85,79 +85,68 @@ def rates(samples: Samples, jobid: str) -> tuple[float | None, float | None]:
     )
 
 
-def test_rates_with_start_time_follow_the_rules(tmp_path: Path) -> None:
-    path = tmp_path / "js.txt"
-    collector = make_collector("--jobstats.source", "file", "--jobstats.path", str(path))
+def read_at(tracker: RateTracker, clock: float, *records: str) -> dict[str, tuple[float, float]]:
+    """One read of the scripted target at wall clock ``clock`` (the collector passes the
+    time of its read): jobid -> (write_bytes, open) rates."""
+    errors: list[str] = []
+    text = "mdt.fs-MDT0000.job_stats=\njob_stats:\n" + "".join(records)
+    (target,) = iter_text(text, "lctl", errors, bare=False)
+    assert not errors and not target.malformed
+    found = tracker.update((target.component, target.target), target.jobs, clock)
+    return {
+        jobid: (values[names.index("write_bytes")], values[names.index("open")])
+        for jobid, (names, values) in found.items()
+    }
 
-    # First sample: rate since start_time: 1000 B / (1000 - 900) s, 10 opens / 100 s.
-    write_target(path, record("A", 1000, 1000, 10, start=900))
-    assert rates(samples_of(collector.sample()), "A") == (10.0, 0.1)
+
+def test_rates_with_start_time_follow_the_rules() -> None:
+    # The snapshot_time of each record (its last update) is never the clock: the read's is.
+    tracker = RateTracker()
+
+    # First read: rate since start_time: 1000 B / (1000 - 900) s, 10 opens / 100 s.
+    assert read_at(tracker, 1000, record("A", 950, 1000, 10, start=900)) == {"A": (10.0, 0.1)}
 
     # Increase: (1500 - 1000) / 10 s and (30 - 10) / 10 s.
-    write_target(path, record("A", 1010, 1500, 30, start=900))
-    assert rates(samples_of(collector.sample()), "A") == (50.0, 2.0)
+    assert read_at(tracker, 1010, record("A", 1001, 1500, 30, start=900)) == {"A": (50.0, 2.0)}
 
     # Decrease = reset: the new values are what happened since, over the 10 s step.
-    write_target(path, record("A", 1020, 200, 5, start=900))
-    assert rates(samples_of(collector.sample()), "A") == (20.0, 0.5)
+    assert read_at(tracker, 1020, record("A", 1015, 200, 5, start=900)) == {"A": (20.0, 0.5)}
 
     # start_time changed (a reset the values alone cannot show): 400 B since 1025, 5 s.
-    write_target(path, record("A", 1030, 400, 3, start=1025))
-    assert rates(samples_of(collector.sample()), "A") == (80.0, 0.6)
+    assert read_at(tracker, 1030, record("A", 1026, 400, 3, start=1025)) == {"A": (80.0, 0.6)}
 
-    # Identical snapshot: nothing happened.
-    assert rates(samples_of(collector.sample()), "A") == (0.0, 0.0)
+    # Nothing changed: zero rates.
+    assert read_at(tracker, 1040, record("A", 1026, 400, 3, start=1025)) == {"A": (0.0, 0.0)}
 
-    # A vanishes; C started after the previous sample (1030): 100 B / (1040 - 1035);
-    # D started before it: its earlier value counts from the previous sample, 300 / 10.
-    write_target(path, record("C", 1040, 100, 1, start=1035), record("D", 1040, 300, 2, start=1000))
-    found = samples_of(collector.sample())
-    assert rates(found, "A") == (None, None)
-    assert (
-        value(
-            found, "lustre_job_write_bytes_total", component="mdt", target="fs-MDT0000", jobid="A"
-        )
-        is None
+    # A vanishes; C started after the previous read (1040): 100 B / (1050 - 1045);
+    # D started before it: its earlier value counts from the previous read, 300 / 10.
+    found = read_at(
+        tracker, 1050, record("C", 1046, 100, 1, start=1045), record("D", 1041, 300, 2, start=1000)
     )
-    assert rates(found, "C") == (20.0, 0.2)
-    assert rates(found, "D") == (30.0, 0.2)
+    assert found == {"C": (20.0, 0.2), "D": (30.0, 0.2)}
 
-    # A comes back: a new entry from zero, rate since its start 1045: 50 B / 5 s.
-    write_target(path, record("A", 1050, 50, 1, start=1045))
-    assert rates(samples_of(collector.sample()), "A") == (10.0, 0.2)
+    # A comes back: a new entry from zero, rate since its start 1055: 50 B / 5 s.
+    assert read_at(tracker, 1060, record("A", 1056, 50, 1, start=1055)) == {"A": (10.0, 0.2)}
 
 
-def test_rates_without_start_time_2_12_style(tmp_path: Path) -> None:
-    path = tmp_path / "js.txt"
-    collector = make_collector("--jobstats.source", "file", "--jobstats.path", str(path))
+def test_rates_without_start_time_2_12_style() -> None:
+    tracker = RateTracker()
 
-    # First sample and no start_time: no rate yet (never an invented one).
-    write_target(path, record("X", 100, 1000, 1))
-    found = samples_of(collector.sample())
-    assert rates(found, "X") == (None, None)
-    assert (
-        value(
-            found, "lustre_job_write_bytes_total", component="mdt", target="fs-MDT0000", jobid="X"
-        )
-        == 1000
-    )
+    # First read and no start_time: no rate yet (never an invented one).
+    assert read_at(tracker, 100, record("X", 90, 1000, 1)) == {}
 
-    # X: (2000 - 1000) / (110 - 100). Y is new: counted from zero at the previous sample,
-    # whose clock is its latest snapshot_time (100): 500 / (105 - 100).
-    write_target(path, record("X", 110, 2000, 3), record("Y", 105, 500, 5))
-    found = samples_of(collector.sample())
-    assert rates(found, "X") == (100.0, 0.2)
-    assert rates(found, "Y") == (100.0, 1.0)
+    # X: (2000 - 1000) / (110 - 100). Y is new: counted from zero at the previous read (100),
+    # whatever its snapshot_time says: 500 / 10.
+    found = read_at(tracker, 110, record("X", 109, 2000, 3), record("Y", 105, 500, 5))
+    assert found == {"X": (100.0, 0.2), "Y": (50.0, 0.5)}
 
-    # (sampling again with the same file: identical snapshot, zero rates)
-    write_target(path, record("X", 110, 2000, 3), record("Y", 105, 500, 5))
-    found = samples_of(collector.sample())
-    assert rates(found, "X") == (0.0, 0.0) and rates(found, "Y") == (0.0, 0.0)
+    # The same entries again: zero rates.
+    found = read_at(tracker, 120, record("X", 109, 2000, 3), record("Y", 105, 500, 5))
+    assert found == {"X": (0.0, 0.0), "Y": (0.0, 0.0)}
 
-    # Y decreased: reset; 100 B since its previous snapshot 105, at 120: 100 / 15.
-    write_target(path, record("X", 110, 2000, 3), record("Y", 120, 100, 3))
-    found = samples_of(collector.sample())
-    assert rates(found, "Y") == (100 / 15, 3 / 15)
+    # Y decreased: reset; 100 B since the previous read 120, at 135: 100 / 15.
+    found = read_at(tracker, 135, record("X", 109, 2000, 3), record("Y", 130, 100, 3))
+    assert found["Y"] == (100 / 15, 3 / 15)
 
 
 def test_rate_tracker_wall_clock_and_no_time_step() -> None:
@@ -171,10 +160,10 @@ def test_rate_tracker_wall_clock_and_no_time_step() -> None:
     assert tracker.update(("ost", "t"), [entry(30)], wall_clock=54.0) == {
         "j": (("write_bytes",), (5.0,))
     }
-    # Same clock, different value: no rate, and the increment is not lost.
+    # Reads less than MIN_STEP apart, different values: no rate, and the increment is not lost.
     tracker2 = RateTracker()
     tracker2.update(("ost", "t"), [entry(10, snapshot=7.0)], wall_clock=1.0)
-    assert tracker2.update(("ost", "t"), [entry(20, snapshot=7.0)], wall_clock=2.0) == {}
+    assert tracker2.update(("ost", "t"), [entry(20, snapshot=9.0)], wall_clock=1.0 + 1e-4) == {}
     assert tracker2.update(("ost", "t"), [entry(40, snapshot=9.0)], wall_clock=3.0) == {
         "j": (("write_bytes",), (15.0,))
     }
@@ -202,7 +191,9 @@ def test_rates_can_be_switched_off(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- values and families
 def test_counter_values_and_latency_from_a_real_capture() -> None:
     collector = make_collector("--jobstats.source", "file", "--jobstats.path", str(DDN_OST))
+    before = time.time()
     found = samples_of(collector.sample())
+    after = time.time()
     job = {
         "component": "ost",
         "target": "es01a-OST0001",
@@ -237,9 +228,12 @@ def test_counter_values_and_latency_from_a_real_capture() -> None:
         value(found, "lustre_jobstats_parse_errors_total", component="ost", target="es01a-OST0001")
         == 0
     )
-    # First-seen rate of a job with a start_time: sum / (snapshot_time - start_time).
-    expected = 11025514496 / (1723114647.887515895 - 1723102025.057286226)
-    assert value(found, "lustre_job_write_bytes_per_second", **job) == pytest.approx(expected)
+    # First-seen rate of a job with a start_time: sum / (time of the read - start_time).
+    start = 1723102025.057286226
+    rate = value(found, "lustre_job_write_bytes_per_second", **job)
+    rounding = 1e-9  # start_time parsed from secs.nsecs
+    assert 11025514496 / (after - start) * (1 - rounding) <= rate
+    assert rate <= 11025514496 / (before - start) * (1 + rounding)
 
 
 def test_2_10_reqs_give_no_latency(tmp_path: Path) -> None:
@@ -558,17 +552,24 @@ def test_rate_state_survives_an_unreadable_sample(tmp_path: Path) -> None:
     path = tmp_path / "js.txt"
     collector = make_collector("--jobstats.source", "file", "--jobstats.path", str(path))
     write_target(path, record("A", 1000, 1000, 10, start=900))
+    first = time.time()
     collector.sample()
+    last_read = time.time()
     path.unlink()  # the target cannot be read once: marked down, its history kept
     found = samples_of(collector.sample())
     assert (
         value(found, "lustre_jobstats_up", component="mdt", target="fs-MDT0000", source=str(path))
         == 0
     )
-    # Back: (1500 - 1000) B / (1010 - 1000) s since the last good sample, not 1500 / 110
-    # since start_time as for a job seen for the first time.
+    # Back: (1500 - 1000) B over the time since the last good read, not 1500 B since
+    # start_time as for a job seen for the first time.
     write_target(path, record("A", 1010, 1500, 30, start=900))
-    assert rates(samples_of(collector.sample()), "A") == (50.0, 2.0)
+    time.sleep(0.01)
+    back = time.time()
+    write, opens = rates(samples_of(collector.sample()), "A")
+    now = time.time()
+    assert 500 / (now - first) <= write <= 500 / (back - last_read)
+    assert 20 / (now - first) <= opens <= 20 / (back - last_read)
 
 
 def test_scrapes_get_the_last_complete_sample_while_the_next_is_built(tmp_path: Path) -> None:

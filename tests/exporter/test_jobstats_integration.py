@@ -122,11 +122,21 @@ def test_prometheus_scrapes_counters_and_rates(exporter: Exporter, prometheus_fa
     wait_value(prom, f"lustre_job_write_bytes_total{selector}", 1000)
     exporter.path.write_text(record(1110.0, 6000, 60))
     wait_value(prom, f"lustre_job_write_bytes_total{selector}", 6000)
-    # (6000 - 1000) B / (1110 - 1100) s and (60 - 10) opens / 10 s, at the scrape after the
-    # change; scrapes of the unchanged file then say 0, and the first one said 1000 / 100.
-    wait_value(prom, f"max_over_time(lustre_job_write_bytes_per_second{selector}[10m])", 500)
+    # (6000 - 1000) B and (60 - 10) opens over the time between the exporter's two reads
+    # (each read at a scrape), not over the 10 s between the records' snapshot_time; scrapes
+    # of the unchanged file then say 0.
+    (series,) = prom.query(f"lustre_job_write_bytes_total{selector}[10m]")
+    times = [(float(value), at) for at, value in series["values"]]
+    before = max(at for value, at in times if value == 1000)
+    after = min(at for value, at in times if value == 6000)
     op_selector = selector[:-1] + ',operation="open"}'
-    wait_value(prom, f"max_over_time(lustre_job_operations_per_second{op_selector}[10m])", 5)
+    for expr, increase in (
+        (f"max_over_time(lustre_job_write_bytes_per_second{selector}[10m])", 5000),
+        (f"max_over_time(lustre_job_operations_per_second{op_selector}[10m])", 50),
+    ):
+        (found,) = prom.query(expr)
+        # Prometheus stamps a scrape when it starts it, the exporter when the request arrives.
+        assert float(found["value"][1]) == pytest.approx(increase / (after - before), rel=0.2)
     wait_value(prom, f"lustre_job_stats_total{op_selector}", 60)
     wait_value(prom, f"lustre_job_latency_seconds_total{op_selector}", 30e-6)
     wait_value(prom, 'lustre_jobstats_up{job="hpcmon",target="fs-OST0003"}', 1)

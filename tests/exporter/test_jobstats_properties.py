@@ -49,12 +49,12 @@ def test_rates_of_growing_counters(first, moves, start) -> None:
     tracker = RateTracker()
     clock = 1000.0
     values = list(first)
-    tracker.update(KEY, [entry(clock, *values, start=start)], wall_clock=0.0)
+    tracker.update(KEY, [entry(None, *values, start=start)], wall_clock=clock)
     base_clock, base = clock, tuple(values)
     for step, (more_bytes, more_opens) in moves:
         clock += step
         values = [values[0] + more_bytes, values[1] + more_opens]
-        got = tracker.update(KEY, [entry(clock, *values, start=start)], wall_clock=0.0)
+        got = tracker.update(KEY, [entry(None, *values, start=start)], wall_clock=clock)
         rates = got.get("job", (None, None))[1]
         seconds = clock - base_clock
         increments = (values[0] - base[0], values[1] - base[1])
