@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import given
@@ -38,6 +39,13 @@ def entry(jobid: str, snapshot: float, start: float, written: int) -> str:
     text, count = WRITE_BYTES.subn(rf"\g<1>{-(-written // (1 << 20))}\g<2>{written}", text)
     assert count == 1
     return text
+
+
+def sample_at(collector: JobstatsCollector, clock: float) -> bytes:
+    """One sample read at wall clock ``clock``: the rates' clock is the time of the read
+    (here the entries' snapshot_time, as if each had just been updated)."""
+    with mock.patch("hpcmon.exporter.jobstats.collector.time.time", return_value=clock):
+        return collector.sample()
 
 
 def write_ost(path: Path, index: int, *entries: str) -> None:
@@ -74,12 +82,12 @@ def test_job_expiring_on_five_of_six_osts_keeps_its_sum(tmp_path: Path) -> None:
     start, t0 = 1723102025.057286226, 1723114647.887515895
     for index in range(6):
         write_ost(tmp_path / f"ost{index}.txt", index, entry("42", t0, start + index, 10 * GIB))
-    first = collector.sample()
+    first = sample_at(collector, t0)
     assert written(samples_of(first), "42")[0] == 60 * GIB
     write_ost(tmp_path / "ost0.txt", 0, entry("42", t0 + 10, start, 11 * GIB))
     for index in range(1, 6):  # still listed, job 42 no longer on them
         write_ost(tmp_path / f"ost{index}.txt", index, entry("7", t0 + 10, start, GIB))
-    second = collector.sample()
+    second = sample_at(collector, t0 + 10)
     total, rate = written(samples_of(second), "42")
     assert total == 61 * GIB
     assert rate == pytest.approx(GIB / 10)
@@ -88,14 +96,14 @@ def test_job_expiring_on_five_of_six_osts_keeps_its_sum(tmp_path: Path) -> None:
     # Its entry comes back on an OST where it had expired: a new entry, from 0.
     write_ost(tmp_path / "ost3.txt", 3, entry('"42"', t0 + 20, t0 + 15, GIB // 2))
     write_ost(tmp_path / "ost0.txt", 0, entry("42", t0 + 20, start, 11 * GIB + GIB // 2))
-    third = collector.sample()
+    third = sample_at(collector, t0 + 20)
     total, rate = written(samples_of(third), "42")
     assert total == 62 * GIB
     assert rate == pytest.approx(GIB / 10)
     # Gone from every OST: the series goes, and the job's state with it.
     for index in range(6):
         write_ost(tmp_path / f"ost{index}.txt", index)
-    fourth = collector.sample()
+    fourth = sample_at(collector, t0 + 30)
     assert written(samples_of(fourth), "42") == (None, None)
     assert not collector.server_sums.components()
     for body in (first, second, third, fourth):
@@ -113,11 +121,11 @@ def test_quoted_or_unquoted_twin_expiring_keeps_the_sum(tmp_path: Path, expires:
     sizes = {'"42"': 30 * GIB, "42": 5 * GIB}
     t0 = 1723114647.887515895
     write_ost(path, 0, *(entry(jobid, t0, starts[jobid], sizes[jobid]) for jobid in starts))
-    first = collector.sample()
+    first = sample_at(collector, t0)
     assert written(samples_of(first), "42")[0] == 35 * GIB
     (stays,) = set(starts) - {expires}
     write_ost(path, 0, entry(stays, t0 + 10, starts[stays], sizes[stays] + GIB))
-    second = collector.sample()
+    second = sample_at(collector, t0 + 10)
     total, rate = written(samples_of(second), "42")
     assert total == 36 * GIB
     assert rate == pytest.approx(GIB / 10)
@@ -131,7 +139,7 @@ def two_osts_sampled(tmp_path: Path) -> tuple[JobstatsCollector, float]:
     t0 = 1723114647.887515895
     write_ost(tmp_path / "a.txt", 0, entry("42", t0, t0 - 100, 8 * GIB))
     write_ost(tmp_path / "b.txt", 1, entry("42", t0, t0 - 100, 4 * GIB))
-    collector.sample()
+    sample_at(collector, t0)
     return collector, t0
 
 
@@ -141,7 +149,7 @@ def test_an_entry_reset_in_place_counts_from_zero_as_per_target(tmp_path: Path) 
     collector, t0 = two_osts_sampled(tmp_path)
     write_ost(tmp_path / "a.txt", 0, entry("42", t0 + 10, t0 - 100, 8 * GIB))
     write_ost(tmp_path / "b.txt", 1, entry("42", t0 + 10, t0 + 5, GIB))
-    total, rate = written(samples_of(collector.sample()), "42")
+    total, rate = written(samples_of(sample_at(collector, t0 + 10)), "42")
     assert total == 13 * GIB
     assert rate == pytest.approx(GIB / 10)
 
@@ -153,14 +161,17 @@ def test_an_unreadable_target_keeps_its_part_of_the_sum(tmp_path: Path) -> None:
     (tmp_path / "b.txt").unlink()
     (tmp_path / "b.txt").mkdir()  # listed by the glob, unreadable
     write_ost(tmp_path / "a.txt", 0, entry("42", t0 + 10, t0 - 100, 9 * GIB))
-    found = samples_of(collector.sample())
+    found = samples_of(sample_at(collector, t0 + 10))
     assert value(found, "lustre_jobstats_up", component="ost", target="fs-OST0001",
                  source=str(tmp_path / "b.txt")) == 0  # fmt: skip
     assert written(found, "42") == (13 * GIB, pytest.approx(GIB / 10))
     (tmp_path / "b.txt").rmdir()
     write_ost(tmp_path / "b.txt", 1, entry("42", t0 + 20, t0 - 100, 6 * GIB))
     write_ost(tmp_path / "a.txt", 0, entry("42", t0 + 20, t0 - 100, 9 * GIB))
-    assert written(samples_of(collector.sample()), "42") == (15 * GIB, pytest.approx(GIB / 5))
+    assert written(samples_of(sample_at(collector, t0 + 20)), "42") == (
+        15 * GIB,
+        pytest.approx(GIB / 5),
+    )
 
 
 # ---------------------------------------------------------------- property
@@ -223,7 +234,7 @@ def test_summed_counter_only_grows_by_what_the_entries_grew(plan: list) -> None:
                         grown[part[0]] = part[1]
                         listed.append(entry('"42"' if quoted else "42", now, *part))
                 write_ost(path, ost, *listed)
-            total, rate = written(samples_of(collector.sample()), "42")
+            total, rate = written(samples_of(sample_at(collector, now)), "42")
             if not held:  # no entry left, even unread: the series and its state are gone
                 assert total is None
                 grown, life = {}, []
@@ -247,7 +258,7 @@ def test_min_and_max_are_the_extremes_of_the_listed_entries(tmp_path: Path) -> N
     idle = entry("42", t0, t0 - 50, 0).replace(sizes[0], "min:        0, max:        0")
     write_ost(tmp_path / "a.txt", 0, entry('"42"', t0, t0 - 100, GIB), idle)
     write_ost(tmp_path / "b.txt", 1, entry("42", t0, t0 - 90, GIB).replace(*sizes))
-    found = samples_of(collector.sample())
+    found = samples_of(sample_at(collector, t0))
     job = {"component": "ost", "jobid": "42"}
     assert value(found, "lustre_job_write_minimum_size_bytes", **job) == 4096
     assert value(found, "lustre_job_write_maximum_size_bytes", **job) == 16777216
