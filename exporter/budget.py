@@ -101,8 +101,8 @@ def entries(jobs: int, options: argparse.Namespace) -> int:
     if options.jobstats_max_jobs:
         jobs = min(jobs, options.jobstats_max_jobs)
     top = options.jobstats_top_jobs
-    if top and jobs > top:
-        return top + 1
+    if top and jobs:  # ``other`` is on every target with jobs, at 0 until something is folded
+        return min(jobs, top) + 1
     return jobs
 
 

@@ -39,9 +39,19 @@ class _OtherOp:
 
 
 @dataclass(slots=True)
+class _Job:
+    """What is kept of a listed job until the next sample (dropped once Lustre stops listing
+    it, so memory follows the listing)."""
+
+    start: float | None
+    counters: dict[str, tuple[int, int]]  # Lustre's (samples, sum) per operation
+    shown: dict[str, tuple[int, int]]  # the last value of each of its own series, if any
+
+
+@dataclass(slots=True)
 class _TargetState:
-    counters: dict[str, tuple[float | None, dict[str, tuple[int, int]]]]  # jobid -> start, ops
-    top: frozenset[str]
+    jobs: dict[str, _Job]
+    top: frozenset[str]  # the jobs shown in their own series at this sample
     other: dict[str, _OtherOp] = field(default_factory=dict)
 
 
@@ -74,17 +84,32 @@ def _movement(increase: Mapping[str, tuple[int, int]]) -> int:
     )
 
 
+def _absorb(other: dict[str, _OtherOp], name: str, unit: str, samples: int, total: int) -> None:
+    op = other.get(name)
+    if op is None:
+        op = other[name] = _OtherOp(unit)
+    elif unit == "usecs":
+        op.unit = unit
+    op.samples = min(op.samples + samples, U64_MAX)
+    op.sum = min(op.sum + total, U64_MAX)
+
+
 class TopJobs:
     """``--jobstats.top-jobs N``, with the state it needs per target.
 
     The rule, at each sample of a target: the N jobs with the largest increase of bytes plus
     operations since the previous sample (a new job: its whole value; ties by the jobs' totals
-    of bytes plus operations, then by job id) keep
-    their series. ``other`` grows by the increase of every job that is not in the top N now,
-    and by the increase of every job that has just entered the top N (its own series starts
-    now, so ``rate()`` would not see that step). ``other`` therefore never decreases, and on
-    a target's first sample it is exactly the sum of the jobs outside the top N.
-    A job whose id is ``other`` is always folded into ``other``.
+    of bytes plus operations, then by job id) keep their series. Every increase of every job
+    goes to exactly one exposed series: to the job's own series when that series was shown at
+    the previous sample too and the counter did not restart, else to ``other``. A job's own
+    series therefore moves only by what it did while shown: it starts at 0 (when the target
+    lists a counter for the first time, e.g. at its first sample: at Lustre's value, and
+    ``other`` at the sum of the jobs outside the top N), resumes where it stopped when the
+    job comes back, and stays flat across a restart. So ``increase()`` summed over the job
+    series and ``other`` is, over any window, what all the jobs did after that first sample:
+    no increase is seen twice, none is lost, and no series goes down unless Lustre dropped
+    the job (Prometheus joins its old series to the new one that starts at 0, which counts
+    nothing). A job whose id is ``other`` is always folded into ``other``.
     """
 
     def __init__(self, keep: int) -> None:
@@ -101,50 +126,91 @@ class TopJobs:
     ) -> tuple[list[JobEntry], Rates | None]:
         """The target's top N jobs plus ``other``, and their rates (None: rates are off)."""
         previous = self._targets.get(key)
-        before = previous.counters if previous is not None else {}
-        counters = {}
+        before = previous.jobs if previous is not None else {}
+        was_top = previous.top if previous is not None else frozenset()
+        other = previous.other if previous is not None else {}
+        listed: dict[str, _Job] = {}
         increases = {}
         for entry in jobs:
             now = _counters(entry)
-            counters[entry.jobid] = (entry.start_time, now)
             old = before.get(entry.jobid)
-            restarted = old is not None and old[0] != entry.start_time
-            increases[entry.jobid] = _increase(now, None if old is None or restarted else old[1])
+            restarted = old is not None and old.start != entry.start_time
+            increases[entry.jobid] = _increase(
+                now, None if old is None or restarted else old.counters
+            )
+            listed[entry.jobid] = _Job(entry.start_time, now, old.shown if old is not None else {})
         # Ties (an idle file system: every increase is 0) go to the largest totals, so the
         # top set stays as it was instead of flipping to the lowest job ids.
         ranked = sorted(
             (entry for entry in jobs if entry.jobid != OTHER),
             key=lambda entry: (
                 -_movement(increases[entry.jobid]),
-                -_movement(counters[entry.jobid][1]),
+                -_movement(listed[entry.jobid].counters),
                 entry.jobid,
             ),
         )
         top = ranked[: self.keep]
         top_ids = frozenset(entry.jobid for entry in top)
-        other = previous.other if previous is not None else {}
-        was_top = previous.top if previous is not None else frozenset()
+        # A counter no series had yet (the target's first sample, or a first job after an
+        # empty one): every series of it starts now, at Lustre's value, so the sums over
+        # jobid are exact there; increase() only counts from the next sample on.
+        fresh = {name for entry in top for name in entry.ops if name not in other}
         folded = [entry for entry in jobs if entry.jobid not in top_ids]
-        entering = [entry for entry in top if entry.jobid not in was_top and entry.jobid in before]
-        for entry in [*folded, *entering]:
+        for entry in folded:
             for name, (samples, total) in increases[entry.jobid].items():
-                unit = entry.ops[name].unit
-                op = other.get(name)
-                if op is None:
-                    op = other[name] = _OtherOp(unit)
-                elif unit == "usecs":
-                    op.unit = unit
-                op.samples = min(op.samples + samples, U64_MAX)
-                op.sum = min(op.sum + total, U64_MAX)
-        self._targets[key] = _TargetState(counters, top_ids, other)
+                _absorb(other, name, entry.ops[name].unit, samples, total)
+        going_on = was_top & top_ids
+        shown = [
+            _show(entry, listed[entry.jobid], before, going_on, fresh, increases, other)
+            for entry in top
+        ]
+        self._targets[key] = _TargetState(listed, top_ids, other)
         entry = _other_entry(other, folded)
         if rates is None:
-            return [*top, entry], None
+            return [*shown, entry], None
         kept = {job.jobid: rates[job.jobid] for job in top if job.jobid in rates}
-        summed = _summed_rates(entry, folded, rates, rated=previous is not None)
+        summed = _summed_rates(entry, folded, rates, rated=previous is not None or bool(rates))
         if summed is not None:
             kept[OTHER] = summed
-        return [*top, entry], kept
+        return [*shown, entry], kept
+
+
+def _show(
+    entry: JobEntry,
+    job: _Job,
+    before: Mapping[str, _Job],
+    going_on: frozenset[str],
+    fresh: set[str],
+    increases: Mapping[str, Mapping[str, tuple[int, int]]],
+    other: dict[str, _OtherOp],
+) -> JobEntry:
+    """``entry`` with the values of its own series: a counter grows by the job's increase
+    when its series was shown at the previous sample and did not restart; otherwise
+    ``other`` takes that increase (it counted the job while it was out, or Prometheus would
+    not see the step) and the series keeps its last value (0 if it has none)."""
+    old = before.get(entry.jobid)
+    if old is not None and (entry.jobid not in going_on or old.start != entry.start_time):
+        old = None
+    shown = dict(job.shown)
+    ops = {}
+    for name, now in job.counters.items():
+        op = entry.ops[name]
+        if name in fresh:
+            value, lost = now, (0, 0)
+        else:
+            last = old.counters.get(name) if old is not None else None
+            kept, grown = shown.get(name, (0, 0)), increases[entry.jobid][name]
+            on = [last is not None and now[i] >= last[i] for i in (0, 1)]
+            value = (
+                min(kept[0] + grown[0], U64_MAX) if on[0] else kept[0],
+                min(kept[1] + grown[1], U64_MAX) if on[1] else kept[1],
+            )
+            lost = (0 if on[0] else grown[0], 0 if on[1] else grown[1])
+        _absorb(other, name, op.unit, *lost)  # also 0: ``other`` has every counter from now on
+        shown[name] = value
+        ops[name] = OpStats(value[0], op.unit, op.min, op.max, value[1], None)
+    job.shown = shown
+    return JobEntry(entry.jobid, entry.snapshot_time, entry.start_time, entry.elapsed_time, ops)
 
 
 def _other_entry(other: Mapping[str, _OtherOp], folded: list[JobEntry]) -> JobEntry:
