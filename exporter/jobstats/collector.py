@@ -60,7 +60,7 @@ from hpcmon.exporter.jobstats.sources import (
     ProcfsSource,
     Source,
 )
-from hpcmon.exporter.jobstats.worker import SamplerProcess
+from hpcmon.exporter.jobstats.worker import SamplerProcess, stale_after
 
 log = logging.getLogger("hpcmon.exporter.jobstats")
 
@@ -527,6 +527,9 @@ class JobstatsCollector(Collector):
         self._snapshot: Compressed | None = None  # the last complete exposition
         self._generation = 0
         self._sample_lock = threading.Lock()
+        self._sampling_since: float | None = None  # monotonic start of the sample in progress
+        # with --jobstats.interval=0: a sample running longer is stuck (a hung procfs read)
+        self._stuck_after = stale_after(0, options.jobstats_timeout)
         self._worker: SamplerProcess | None = None
 
     @staticmethod
@@ -564,10 +567,12 @@ class JobstatsCollector(Collector):
         if self._worker is not None:
             return self._worker.latest(deadline)
         arrived = self._generation
+        self._raise_if_stuck()  # at once: no wait for what is not coming
         if not self._sample_lock.acquire(timeout=max(deadline - time.monotonic(), 0)):
+            self._raise_if_stuck()
             if self._snapshot is None:  # a big sample in progress outlived this scrape
                 raise TimeoutError("jobstats: the sample in progress outlived the scrape")
-            return self._snapshot
+            return self._snapshot  # a big sample in progress: the last one is still current
         try:
             if self._generation != arrived and self._snapshot is not None:
                 return self._snapshot  # another scrape sampled while we waited
@@ -576,12 +581,30 @@ class JobstatsCollector(Collector):
         finally:
             self._sample_lock.release()
 
+    def _raise_if_stuck(self) -> None:
+        """A sample that runs far longer than a read may (lctl is killed at its timeout; a
+        procfs or file read has none) is stuck: the last sample is no longer current. The
+        thread stuck in the read cannot be stopped; scrapes fail until it returns."""
+        since = self._sampling_since
+        if since is not None and time.monotonic() - since > self._stuck_after:
+            raise TimeoutError(
+                f"jobstats: the sample in progress has run for over {self._stuck_after:g} s:"
+                " a read is stuck"
+            )
+
     def sample(self, deadline: float | None = None) -> bytes:
         """Take one sample now, make it the snapshot every scrape returns, return its text."""
         with self._sample_lock:
             return self._sample_locked(deadline)
 
     def _sample_locked(self, deadline: float | None = None) -> bytes:
+        self._sampling_since = time.monotonic()
+        try:
+            return self._sample_now(deadline)
+        finally:
+            self._sampling_since = None
+
+    def _sample_now(self, deadline: float | None) -> bytes:
         started = time.perf_counter()
         if self._snapshot is not None and self._snapshot.length > KEEP_RAW_BYTES:
             # Never two big expositions in memory at once: a scrape that sampled has the

@@ -5,6 +5,7 @@ per-job series, and once the source reads again a fresh sample is served."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -88,3 +89,45 @@ def test_a_hung_read_is_not_served_as_current_and_a_fresh_sample_follows(tmp_pat
         }
         assert not any(dict(labels).get("component") == "ost" for _, labels in found)
         assert "samples arrive again" in exporter.log_path.read_text()
+
+
+def test_sampling_on_scrape_a_hung_read_fails_the_scrapes_until_it_returns(
+    tmp_path: Path,
+) -> None:
+    # --jobstats.interval=0 samples in the scrape's own thread: the scrape that meets the hung
+    # read waits; the others were served the last sample for ever while it hung.
+    path = oss_capture(tmp_path)
+    args = [
+        "--jobstats.source=file",
+        f"--jobstats.path={path}",
+        "--jobstats.interval=0",
+        "--jobstats.timeout=1",  # stuck after max(0, 0 + 1 + 5) = 6 s
+    ]
+    with run_exporter(args, tmp_path) as exporter:
+        assert named(scrape_until(exporter.address, 1), "lustre_job_write_bytes_total")
+        fifo = tmp_path / "hung.fifo"
+        os.mkfifo(fifo)
+        os.replace(fifo, path)  # the next read blocks in open() until a writer comes
+
+        def hung_scrape() -> None:
+            try:
+                http_get(f"http://{exporter.address}/metrics", timeout=60)
+            except OSError:
+                pass
+
+        stuck = threading.Thread(target=hung_scrape, daemon=True)
+        stuck.start()
+        time.sleep(1)
+        found = scrape_until(exporter.address, 0, seconds=40)
+        assert per_job(found) == {}
+        log = exporter.log_path.read_text()
+        assert "a read is stuck" in log and "Traceback" not in log
+
+        # the read returns (a writer opens the FIFO and leaves: end of file), then a good file
+        writer = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        os.close(writer)
+        stuck.join(60)
+        mdt = "mdt.lustrefs-MDT0000.job_stats=\n" + HP_MDT.read_text()
+        replace(path, lambda new: new.write_text(mdt))
+        found = scrape_until(exporter.address, 1)
+        assert value(found, "lustre_jobstats_jobs", component="mdt", target="lustrefs-MDT0000")
