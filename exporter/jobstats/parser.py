@@ -18,6 +18,10 @@ from hpcmon.common.jobid import decode_lustre_jobid
 
 # Operations whose ``sum`` is a byte count (the others count calls, ``usecs`` sums latency).
 BYTE_OPERATIONS = ("read_bytes", "write_bytes")
+# Real Lustre has a few dozen operation names and few layouts of them; a crafted job_stats with
+# new names at every sample would grow the caches keyed by them without end: past this many
+# entries such a cache starts over.
+MAX_CACHED = 4096
 MAX_ERROR_MESSAGES = 20
 U64_MAX = 2**64 - 1  # Lustre's counters are u64
 

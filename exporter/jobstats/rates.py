@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from hpcmon.exporter.jobstats.parser import BYTE_OPERATIONS, JobEntry
+from hpcmon.exporter.jobstats.parser import BYTE_OPERATIONS, MAX_CACHED, JobEntry
 
 MIN_STEP = 1e-3  # seconds
 MAX_RATE = 1e15  # per second
@@ -97,6 +97,8 @@ class RateTracker:
         rates: dict[str, tuple[tuple[str, ...], tuple[float, ...]]] = {}
         for entry in jobs:
             names, values = rate_counters(entry)
+            if len(self._layouts) >= MAX_CACHED and names not in self._layouts:
+                self._layouts.clear()  # crafted input with new names at every sample
             names = self._layouts.setdefault(names, names)
             state = _JobState(wall_clock, entry.start_time, names, values)
             old = old_jobs.get(entry.jobid)

@@ -208,3 +208,27 @@ def test_promtool_accepts_the_collector_output(tmp_path: Path) -> None:
     )
     assert check.returncode == 0, check.stdout.decode() + check.stderr.decode()
     assert check.stdout.strip() == b"" and check.stderr.strip() == b""
+
+
+def test_new_operation_names_at_every_sample_do_not_grow_the_caches(tmp_path: Path) -> None:
+    # Lustre has a few dozen operation names; crafted input with new ones at every sample
+    # grew the label, layout and rate caches without end (20,000 more entries per sample).
+    from hpcmon.exporter.jobstats.parser import MAX_CACHED
+    from tests.exporter.test_jobstats_collector import make_collector
+
+    path = tmp_path / "js.txt"
+    collector = make_collector("--jobstats.source", "file", "--jobstats.path", str(path))
+    jobs = 3000
+    for sample in range(4):
+        records = "".join(
+            f"- job_id: j{i}\n  snapshot_time: {1000 + sample}\n"
+            f"  op{sample}_{i}: {{ samples: {sample + 1}, unit: reqs }}\n"
+            for i in range(jobs)
+        )
+        path.write_text("obdfilter.fs-OST0000.job_stats=\njob_stats:\n" + records)
+        families = list(text_string_to_metric_families(collector.sample().decode()))
+        names = {s.labels.get("operation") for f in families for s in f.samples}
+        assert f"op{sample}_{jobs - 1}" in names  # still rendered right after a start-over
+    assert len(collector.labels._operations) <= MAX_CACHED
+    assert len(collector.layouts._known) <= MAX_CACHED
+    assert len(collector.tracker._layouts) <= MAX_CACHED
