@@ -186,7 +186,7 @@ def _check_runtime_report(report: Report, problems: Problems) -> None:
     if start is not None:
         report.start_time_ns = parse_start_time(start)
         if report.start_time_ns is None:
-            problems.add("unreadable Start Time")
+            problems.add("unreadable Start Time (or not within 1677-2262, what InfluxDB stores)")
     if not report.hosts:
         problems.add("no host sections (missing 'Hosts:'; truncated report?)")
     for number, host in enumerate(report.hosts, start=1):  # by position: names are the file's

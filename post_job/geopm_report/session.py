@@ -35,7 +35,7 @@ def _finish_session(session: SessionReport, problems: Problems, where: str) -> b
     if session.sample_time_first is not None:
         session.start_time_ns = parse_iso_time(session.sample_time_first)
         if session.start_time_ns is None:
-            problems.add(f"{where}: unreadable sample-time-first")
+            problems.add(f"{where}: unreadable sample-time-first (or not within 1677-2262)")
     if not session.signals:
         problems.add(f"{where}: no metrics (truncated report?)")
     for number, signal in enumerate(session.signals, start=1):  # names are the file's

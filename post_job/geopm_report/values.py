@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 
-from hpcmon.common.timeutil import NS_PER_SECOND
+from hpcmon.common.timeutil import NS_PER_SECOND, storable_ns
 from hpcmon.post_job.geopm_report.model import Value
 from hpcmon.post_job.problems import Problems
 
@@ -83,9 +83,10 @@ def parse_start_time(text: str) -> int | None:
         moment = dt.datetime(
             int(year), month, int(day), int(hms[0]), int(hms[1]), int(hms[2]), tzinfo=dt.UTC
         )
-    except ValueError:
+    except (ValueError, OverflowError):  # a year of 20 digits overflows, it is no ValueError
         return None
-    return int(moment.timestamp()) * NS_PER_SECOND
+    ns = int(moment.timestamp()) * NS_PER_SECOND
+    return ns if storable_ns(ns) else None
 
 
 def parse_iso_time(text: str) -> int | None:
@@ -98,7 +99,7 @@ def parse_iso_time(text: str) -> int | None:
         moment = dt.datetime(
             int(year), int(month), int(day), int(hour), int(minute), int(second), tzinfo=dt.UTC
         )
-    except ValueError:
+    except (ValueError, OverflowError):
         return None
     offset_seconds = 0
     if zone and zone != "Z":
@@ -107,7 +108,8 @@ def parse_iso_time(text: str) -> int | None:
         if zone[0] == "-":
             offset_seconds = -offset_seconds
     fraction_ns = int((fraction or "0")[:9].ljust(9, "0"))
-    return (int(moment.timestamp()) - offset_seconds) * NS_PER_SECOND + fraction_ns
+    ns = (int(moment.timestamp()) - offset_seconds) * NS_PER_SECOND + fraction_ns
+    return ns if storable_ns(ns) else None
 
 
 def key_value_or_report(content: str, problems: Problems, lineno: int) -> tuple[str, str] | None:

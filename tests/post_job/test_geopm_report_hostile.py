@@ -375,3 +375,15 @@ def test_session_report_cut_inside_a_host_section_is_reported(name: str) -> None
         result = parse_report_text(text[: start + len("host: ")], FAKE)
         assert any("'host:' without a name" in error for error in result.errors), start
         assert_clear_errors(result.errors, str(FAKE))
+
+
+@pytest.mark.parametrize("year", ["99999999999999999999", "3000", "1500"])
+def test_a_start_time_no_store_can_hold_costs_only_the_time(year: str) -> None:
+    # A year of 20 digits raised OverflowError (no ValueError): the whole report was lost;
+    # years past 2262 gave times beyond int64 ns that no InfluxDB stores.
+    text = render_yaml_report({"n1": ([], {"runtime (s)": 2.0}, {"runtime (s)": 3.0})}, "monitor")
+    result = parse_report_text(text.replace(" 2024\n", f" {year}\n", 1), FAKE)
+    [report] = result.reports
+    assert report.start_time_ns is None and [h.name for h in report.hosts] == ["n1"]
+    [error] = result.errors
+    assert error.endswith(": unreadable Start Time (or not within 1677-2262, what InfluxDB stores)")
