@@ -87,6 +87,13 @@ def _parse_json(raw: bytes, path: Path, errors: list[str]) -> object:
             "before it"
         )
         return {"traceEvents": salvaged}
+    except (ValueError, RecursionError) as exc:  # a 5,000-digit number, nesting 5,000 deep
+        what = f"a number too long or nesting too deep for JSON readers ({type(exc).__name__})"
+        salvaged = _salvage_events(raw.decode("utf-8", "replace"))
+        if salvaged is None:
+            raise SourceError(f"{path}: {what}") from exc
+        errors.append(f"{path}: {what}; kept the {len(salvaged):,} complete events before it")
+        return {"traceEvents": salvaged}
 
 
 def _salvage_events(text: str) -> list[object] | None:
@@ -106,10 +113,18 @@ def _salvage_events(text: str) -> list[object] | None:
             break
         try:
             event, position = decoder.raw_decode(text, position)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # JSONDecodeError, or a value no reader takes
             break
         events.append(event)
     return events
+
+
+def _shown_id(value: object) -> str:
+    """A pid or tid for a message: a number as such; anything else is the file's own text,
+    never quoted."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**63:
+        return str(value)
+    return "(not a number)"
 
 
 def _base_time_ns(value: object) -> int | None:
@@ -246,5 +261,5 @@ def _pair_begin_end(
     if unmatched_ends:
         trace.errors.append(
             f"{trace.path}: {unmatched_ends:,} E event(s) without a B on "
-            f"pid {key[0]} tid {key[1]} were skipped"
+            f"pid {_shown_id(key[0])} tid {_shown_id(key[1])} were skipped"
         )

@@ -263,3 +263,32 @@ def test_many_kinds_of_malformed_events_give_few_error_lines(tmp_path) -> None:
     assert len(trace.errors) == 11  # the 10 commonest kinds, then one line for the rest
     assert "skipped 30 malformed event(s): non-numeric" in trace.errors[0]
     assert trace.errors[-1].endswith("skipped 3 more malformed event(s) of 3 other kinds")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ['{"ph": "i", "args": {"n": ' + "9" * 5000 + "}}", '{"args": ' + "[" * 5000 + "]" * 5000 + "}"],
+    ids=["5000-digit number", "nesting 5000 deep"],
+)
+def test_a_value_no_json_reader_takes_keeps_the_events_before_it(tmp_path, bad: str) -> None:
+    # json raised ValueError (digits) or RecursionError: every event was lost, the error vague
+    good = {"ph": "X", "pid": 1, "tid": 1, "dur": 0.5, "name": "f"}
+    events = [json.dumps(good | {"ts": float(i)}) for i in range(1000)]
+    path = tmp_path / "trace.json"
+    path.write_text('{"traceEvents": [' + ",".join([*events, bad]) + "]}")
+    trace = read_trace(path)
+    assert trace.event_count == 1000
+    assert trace.errors == [
+        f"{path}: a number too long or nesting too deep for JSON readers"
+        f" ({'ValueError' if '999' in bad else 'RecursionError'});"
+        " kept the 1,000 complete events before it"
+    ]
+
+
+def test_a_pid_that_is_the_files_text_is_never_quoted(tmp_path) -> None:
+    secret = "root:$6$QUOTED-FILE-BYTES" + "A" * 5000
+    events = [{"ph": "E", "pid": secret, "tid": 1, "ts": 1.0}]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    trace = read_trace(path)
+    assert trace.errors and not any("QUOTED" in error for error in trace.errors)
