@@ -2,6 +2,8 @@
 
 - ``read_input``: an input file's bytes, gunzipped when it is gzip data (sites archive their
   traces and text logs compressed), with the same "<file>: <problem>" errors for every source;
+- ``open_regular_file``, ``read_regular_file``: a file refused unless it is a regular file
+  when opened (a user can swap a checked file for a FIFO, whose open would block the hook);
 - ``replaced_atomically``: outputs (line protocol, signals file, cleaned traces) are written
   beside their target and renamed over it, so a re-run or a crash never leaves half a file;
 - ``file_time_ns``: the deterministic fallback time for data that carries none (the input
@@ -57,18 +59,50 @@ def not_a_regular_file(path: str | Path) -> str | None:
     return None
 
 
+def open_regular_file(path: str | Path) -> int:
+    """A file descriptor of ``path`` opened for reading; SourceError when it cannot be opened
+    or is not a regular file.
+
+    Checked on the file opened, not only on its name: between a check of the name and the
+    open, a user who owns the directory can put a FIFO there, and opening a FIFO waits for a
+    writer (the hook would hang until its time limit). Opened without waiting (O_NONBLOCK),
+    checked with fstat, then made blocking again for the reads."""
+    problem = not_a_regular_file(path)  # also refuses devices before they are opened
+    if problem:
+        raise SourceError(problem)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise SourceError(f"{path}: not a regular file (FIFO, socket or device); not read")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular_file(path: str | Path, limit: int = -1) -> bytes:
+    """The bytes of ``path`` (at most ``limit``; all when -1), refused unless it is a regular
+    file when opened (``open_regular_file``)."""
+    fd = open_regular_file(path)
+    try:
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            return handle.read(limit)
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+
+
 def read_input(path: Path, errors: list[str] | Problems) -> tuple[bytes, int]:
     """The file's content (gunzipped when it starts with the gzip magic, whatever its name)
     and its size on disk. A truncated gzip stream keeps its readable prefix and adds a line to
     ``errors``; an unreadable file, one that is not a regular file, or corrupt gzip data
     raises SourceError."""
-    problem = not_a_regular_file(path)
-    if problem:
-        raise SourceError(problem)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise SourceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    raw = read_regular_file(path)
     file_bytes = len(raw)
     if raw[:2] == GZIP_MAGIC:
         raw = _gunzip(raw, path, errors)

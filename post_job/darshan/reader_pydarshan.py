@@ -39,7 +39,7 @@ from hpcmon.post_job.darshan.model import (
     is_record_id_counter,
     partial_warning,
 )
-from hpcmon.post_job.files import not_a_regular_file
+from hpcmon.post_job.files import open_regular_file, read_regular_file
 from hpcmon.post_job.problems import SourceError
 
 # A Darshan log starts with its format version string, e.g. b"3.41\0\0\0\0".
@@ -147,10 +147,16 @@ def _open_report(path: Path):
     once, before the reader child is sent the file)."""
     import darshan  # deferred: importing PyDarshan loads its C library (slow)
 
+    # darshan-util opens the name it is given with a plain open(): a FIFO put there since the
+    # check would block it, so it is given the file we opened and checked (through /proc)
+    fd = open_regular_file(path)
     try:
-        return darshan.DarshanReport(str(path), read_all=False)
+        name = f"/proc/self/fd/{fd}" if os.path.isdir("/proc/self/fd") else str(path)
+        return darshan.DarshanReport(name, read_all=False)
     except Exception as exc:  # the C library reports failures as RuntimeError and others
         raise SourceError(f"{path}: not a readable Darshan log ({exc})") from exc
+    finally:
+        os.close(fd)  # darshan-util holds its own descriptor of the file
 
 
 def read_darshan_log_isolated(path: str | Path, timeout: float = 600.0) -> DarshanLog:
@@ -433,14 +439,7 @@ def _serve(conn: Connection, stderr_fd: int, spin: bool) -> None:
 
 
 def _check_looks_like_log(path: Path) -> None:
-    problem = not_a_regular_file(path)
-    if problem:
-        raise SourceError(problem)
-    try:
-        with path.open("rb") as handle:
-            head = handle.read(8)
-    except OSError as exc:
-        raise SourceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    head = read_regular_file(path, 8)
     if not head:
         raise SourceError(f"{path}: empty file, not a Darshan log")
     if not head.startswith(_MAGIC_PREFIXES):

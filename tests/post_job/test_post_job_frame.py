@@ -472,3 +472,21 @@ def test_flush_internal_error_is_one_line_too(tmp_path: Path, monkeypatch, capsy
     assert status == 1
     assert "flush: internal error: ValueError" in err
     assert "SECRET" not in err and "Traceback" not in err
+
+
+def test_a_file_swapped_for_a_fifo_after_its_check_is_refused_not_waited_for(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A user owning the directory can put a FIFO where a checked file was: its open waited
+    for a writer, and the hook hung until its time limit, losing every source's points."""
+    from hpcmon.post_job import files
+    from hpcmon.post_job.darshan import reader_pydarshan
+    from hpcmon.post_job.problems import SourceError
+
+    fifo = tmp_path / "swapped"
+    os.mkfifo(fifo)
+    monkeypatch.setattr(files, "not_a_regular_file", lambda path: None)  # the check passed
+    with pytest.raises(SourceError, match="not a regular file"):
+        files.read_input(fifo, [])
+    with pytest.raises(SourceError, match="not a regular file"):
+        reader_pydarshan._open_report(fifo)  # what darshan-util would have opened
