@@ -21,6 +21,7 @@ import re
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Collection, Hashable, Iterable
 from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -115,51 +116,6 @@ def _regex(text: str) -> str:
     return text
 
 
-def merge_duplicates(jobs: list[JobEntry]) -> list[JobEntry]:
-    """One entry per decoded job id (Lustre can list an id both quoted and unquoted).
-
-    Counters add up; min/max are the extremes; times are the latest snapshot / earliest start.
-    """
-    seen: dict[str, JobEntry] = {}
-    duplicates = False
-    for entry in jobs:
-        if entry.jobid in seen:
-            duplicates = True
-            break
-        seen[entry.jobid] = entry
-    if not duplicates:
-        return jobs
-    merged: dict[str, JobEntry] = {}
-    for entry in jobs:
-        first = merged.get(entry.jobid)
-        if first is None:
-            merged[entry.jobid] = JobEntry(
-                entry.jobid,
-                entry.snapshot_time,
-                entry.start_time,
-                entry.elapsed_time,
-                dict(entry.ops),
-            )
-            continue
-        first.snapshot_time = _latest(first.snapshot_time, entry.snapshot_time, max)
-        first.start_time = _latest(first.start_time, entry.start_time, min)
-        first.elapsed_time = _latest(first.elapsed_time, entry.elapsed_time, max)
-        for name, op in entry.ops.items():
-            have = first.ops.get(name)
-            if have is None:
-                first.ops[name] = op
-                continue
-            first.ops[name] = type(op)(
-                min(have.samples + op.samples, U64_MAX),
-                have.unit,
-                min(have.min, op.min) if have.samples and op.samples else have.min or op.min,
-                max(have.max, op.max),
-                min(have.sum + op.sum, U64_MAX),
-                None if have.sumsq is None or op.sumsq is None else have.sumsq + op.sumsq,
-            )
-    return list(merged.values())
-
-
 def _latest(a: float | None, b: float | None, pick) -> float | None:
     if a is None or b is None:
         return a if b is None else b
@@ -219,8 +175,9 @@ class _ServerJob:
 
 
 class ServerSums:
-    """``--jobstats.aggregate=server``: per job, counters summed over a component's targets
-    that never go down while the job lives.
+    """Per job, counters summed over entries that never go down while the job lives:
+    ``--jobstats.aggregate=server`` sums a component's targets (key: the component); without
+    it, the quoted/unquoted twins of one target (key: the target, see ``_merge_twins``).
 
     Lustre drops an idle job's entry from one target (``job_cleanup_interval``) while the job
     still has entries on others, and starts a new entry from 0 if the job comes back there. A
@@ -232,22 +189,32 @@ class ServerSums:
     """
 
     def __init__(self) -> None:
-        self._jobs: dict[str, dict[str, _ServerJob]] = {}  # component -> jobid -> sum
+        self._jobs: dict[Hashable, dict[str, _ServerJob]] = {}  # key -> jobid -> sum
 
-    def components(self) -> list[str]:
-        """Components with jobs still held (a component whose targets are all unreadable)."""
+    def components(self) -> list[Hashable]:
+        """Keys with jobs still held (e.g. a component whose targets are all unreadable)."""
         return list(self._jobs)
 
+    def held(self, key: Hashable) -> Collection[str]:
+        """The job ids held under ``key``."""
+        return self._jobs.get(key, {}).keys()
+
+    def forget_except(self, keep: Iterable[Hashable]) -> None:
+        """Drop the keys not in ``keep`` (targets that no longer exist)."""
+        wanted = set(keep)
+        for key in [key for key in self._jobs if key not in wanted]:
+            del self._jobs[key]
+
     def update(
-        self, component: str, targets: list[tuple[str, list[JobEntry]]], unread: set[str]
+        self, key: Hashable, targets: list[tuple[str, list[JobEntry]]], unread: set[str]
     ) -> list[JobEntry]:
         """One entry per job listed by ``targets`` (target name, its entries) this sample;
-        ``unread`` are the component's targets that could not be read."""
+        ``unread`` are the key's targets that could not be read."""
         listed: dict[str, dict[str, list[JobEntry]]] = {}  # jobid -> target -> entries
         for target, entries in targets:
             for entry in entries:
                 listed.setdefault(entry.jobid, {}).setdefault(target, []).append(entry)
-        before = self._jobs.get(component, {})
+        before = self._jobs.get(key, {})
         jobs: dict[str, _ServerJob] = {}
         summed: list[JobEntry] = []
         for jobid in [*listed, *(jobid for jobid in before if jobid not in listed)]:
@@ -261,9 +228,9 @@ class ServerSums:
             if by_target:
                 summed.append(_server_entry(job, by_target))
         if jobs:
-            self._jobs[component] = jobs
+            self._jobs[key] = jobs
         else:
-            self._jobs.pop(component, None)
+            self._jobs.pop(key, None)
         return summed
 
 
@@ -513,6 +480,7 @@ class JobstatsCollector(Collector):
         self.layouts = Layouts(self.labels, self.settings.operations, self.settings.deny)
         self.tracker = RateTracker()
         self.server_sums = ServerSums()
+        self.twin_sums = ServerSums()  # per target: ids listed both quoted and unquoted
         self.top_jobs = TopJobs(self.settings.top_jobs) if self.settings.top_jobs else None
         self._series_left = 0  # --jobstats.max-series: what the sample in progress may add
         self._series_cut = 0
@@ -715,6 +683,7 @@ class JobstatsCollector(Collector):
         kept = present + unread + [(component, "") for component in summed]
         self.tracker.forget_except(kept)
         self.labels.forget_except(kept)
+        self.twin_sums.forget_except(kept)
         if self.top_jobs is not None:
             self.top_jobs.forget_except(kept)
         render_blocks(blocks, buffer, self.settings.rates)
@@ -760,7 +729,7 @@ class JobstatsCollector(Collector):
 
     def _pack(self, key: TargetKey, jobs: list[JobEntry], wall_clock: float) -> TargetBlock:
         """Merge, rates, limits, then the packed form the exposition is written from."""
-        jobs = merge_duplicates(jobs)
+        jobs = self._merge_twins(key, jobs)
         rates = self.tracker.update(key, jobs, wall_clock) if self.settings.rates else None
         operations, deny = self.settings.operations, self.settings.deny
         for reason, active in (
@@ -794,6 +763,31 @@ class JobstatsCollector(Collector):
             jobs = self._cap_series(key, jobs, rates)
         labels = self.labels.for_target(key, [entry.jobid for entry in jobs])
         return pack_target(jobs, labels, self.layouts, rates)
+
+    def _merge_twins(self, key: TargetKey, jobs: list[JobEntry]) -> list[JobEntry]:
+        """One entry per decoded job id: Lustre can list an id both quoted and unquoted. A
+        plain sum of the twins falls when one expires, so they are summed by ServerSums,
+        which holds such a job while it is listed here; every other job passes as it is."""
+        held = self.twin_sums.held(key)
+        seen: set[str] = set()
+        twins: set[str] = set()
+        for entry in jobs:
+            if entry.jobid in seen or entry.jobid in held:
+                twins.add(entry.jobid)
+            seen.add(entry.jobid)
+        if not twins and not held:
+            return jobs
+        listed = [entry for entry in jobs if entry.jobid in twins]
+        summed = {
+            entry.jobid: entry for entry in self.twin_sums.update(key, [(key[1], listed)], set())
+        }
+        merged = []
+        for entry in jobs:
+            if entry.jobid not in twins:
+                merged.append(entry)
+            elif entry.jobid in summed:  # the first of the twins stands for both
+                merged.append(summed.pop(entry.jobid))
+        return merged
 
     def _cap_series(
         self, key: TargetKey, jobs: list[JobEntry], rates: dict | None
