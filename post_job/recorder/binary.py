@@ -24,12 +24,25 @@ def present_ranks(path: Path, nprocs: int, errors: list[str]) -> list[int]:
     )
     missing = nprocs - len(present)
     if missing:
-        absent = sorted(set(range(min(nprocs, 10**6))) - set(present))[:5]
+        absent = _first_absent(present, min(missing, 5))
         errors.append(
             f"{path}: {missing} of {nprocs} ranks have no .cst file (first: "
             f"{', '.join(map(str, absent))}); those ranks skipped"
         )
     return present
+
+
+def _first_absent(present: list[int], count: int) -> list[int]:
+    """The ``count`` lowest ranks not in ``present``: walks the present ranks, never the
+    announced count (a header may claim a million ranks beside two files)."""
+    taken = set(present)
+    absent: list[int] = []
+    rank = 0
+    while len(absent) < count:
+        if rank not in taken:
+            absent.append(rank)
+        rank += 1
+    return absent
 
 
 def read_file(path: Path) -> bytes:

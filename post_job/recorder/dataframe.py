@@ -16,6 +16,7 @@ file system; MPI-IO rows get their file name but are not counted a second time.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -176,7 +177,9 @@ class RecorderDataReader:
     def read(self) -> RecorderDataFrame:
         meta = self.trace.metadata
         df = self.add_rows(None, self.sort_records())
-        self.get_fd_to_file_name(df, meta.total_ranks, meta.function_names)
+        read_ranks = [rank.rank for rank in self.trace.ranks]
+        # maps up to the highest rank read, not the announced count (rows hold no other rank)
+        self.get_fd_to_file_name(df, max(read_ranks, default=-1) + 1, meta.function_names)
         return RecorderDataFrame(
             df,
             self.log_dir,
@@ -184,6 +187,7 @@ class RecorderDataReader:
             meta.function_names,
             meta.start_ts,
             list(self.trace.errors),
+            read_ranks,
         )
 
 
@@ -194,7 +198,12 @@ def _object_array(items: list) -> np.ndarray:
 
 
 class RecorderDataFrame:
-    """One run's calls plus the questions asked about them (design doc names)."""
+    """One run's calls plus the questions asked about them (design doc names).
+
+    ``total_ranks`` is what the trace announces; ``read_ranks`` the ranks actually decoded
+    (default: those with rows). Ranks that could not be read are in neither ``df`` nor
+    ``read_ranks``, so nothing per rank can pass them off as idle.
+    """
 
     def __init__(
         self,
@@ -204,6 +213,7 @@ class RecorderDataFrame:
         function_names: Sequence[str],
         start_ts: float = 0.0,
         errors: list[str] | None = None,
+        read_ranks: Sequence[int] | None = None,
     ) -> None:
         self.df = df
         self.log_dir = str(log_dir)
@@ -211,6 +221,9 @@ class RecorderDataFrame:
         self.function_names = tuple(function_names)
         self.start_ts = start_ts
         self.errors = errors or []
+        if read_ranks is None:
+            read_ranks = np.unique(df["rank"].to_numpy(dtype=np.int64)).tolist()
+        self.read_ranks = sorted(read_ranks)
 
     @classmethod
     def from_recorder(cls, log_dir: str | Path) -> RecorderDataFrame:
@@ -224,6 +237,7 @@ class RecorderDataFrame:
             self.function_names,
             self.start_ts,
             list(self.errors),
+            self.read_ranks,
         )
 
     def filter(self, my_lambda: Callable) -> RecorderDataFrame:
@@ -327,11 +341,64 @@ class RecorderDataFrame:
     def get_function_time_each_rank(self) -> list[list[float]]:
         return [self._rank(r).get_function_time() for r in range(self.total_ranks)]
 
+    # --- per-rank tables: work follows the rows, never ``total_ranks`` (a header may claim
+    # a million ranks beside two that hold data)
+    def rank_summary(self) -> pd.DataFrame:
+        """One row per read rank, in rank order (index ``rank``): ``records``, ``files``,
+        ``file_accesses``, ``function_time_seconds``; a read rank without calls has zeros."""
+        ranks = self.df["rank"].to_numpy(dtype=np.int64)
+        order = np.argsort(ranks, kind="stable")
+        present, starts, records = np.unique(ranks[order], return_index=True, return_counts=True)
+        times = self.df["time"].to_numpy(dtype=float)[order]
+        # np.nansum per rank, as get_total_function_time sums (pairwise): same figures
+        bounds = [*starts.tolist(), len(times)]
+        function_time = [float(np.nansum(times[start:end])) for start, end in pairwise(bounds)]
+        accesses = self.file_accesses().groupby("rank")["file_name"]
+        summary = pd.DataFrame(
+            {
+                "records": pd.Series(records, index=present, dtype=np.int64),
+                "files": accesses.nunique(),
+                "file_accesses": accesses.size(),
+                "function_time_seconds": pd.Series(function_time, index=present, dtype=float),
+            }
+        )
+        return (
+            summary.reindex(self.read_ranks)
+            .fillna(0)
+            .astype({"records": np.int64, "files": np.int64, "file_accesses": np.int64})
+        )
+
+    def rank_function_summary(self) -> pd.DataFrame:
+        """One row per (rank, function id) called, sorted by both: ``rank``, ``function_id``,
+        ``count``, ``total_time_seconds`` (summed in row order, as get_function_time does)."""
+        keys = np.stack(
+            [
+                self.df["rank"].to_numpy(dtype=np.int64),
+                self.df["function_id"].to_numpy(dtype=np.int64),
+            ],
+            axis=1,
+        )
+        pairs, inverse, counts = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
+        times = np.bincount(
+            inverse.ravel(),
+            weights=np.nan_to_num(self.df["time"].to_numpy(dtype=float)),
+            minlength=len(pairs),
+        )
+        return pd.DataFrame(
+            {
+                "rank": pairs[:, 0],
+                "function_id": pairs[:, 1],
+                "count": counts,
+                "total_time_seconds": times,
+            }
+        )
+
     def _rank(self, rank: int) -> RecorderDataFrame:
         if not hasattr(self, "_by_rank"):
             groups = dict(tuple(self.df.groupby("rank", sort=False)))
             self._by_rank = {r: self._with(group) for r, group in groups.items()}
-        return self._by_rank.get(rank) or self._with(self.df.iloc[0:0])
+            self._no_rows = self._with(self.df.iloc[0:0])
+        return self._by_rank.get(rank) or self._no_rows
 
 
 class MultiRecorderDFHandler:

@@ -56,9 +56,7 @@ def read_layout_25_30(path: Path, version: str) -> RecorderTrace:
 
     deltas = _read_timestamps_25_30(path / "recorder.ts", nprocs, meta.ts_compression, errors)
     ranks = []
-    for rank in range(nprocs):
-        if rank not in grammars:
-            continue
+    for rank in sorted(grammars):
         trace = decode_rank(rank, grammars[rank], deltas.get(rank), signatures, meta, path, errors)
         if trace is not None:
             ranks.append(trace)

@@ -60,9 +60,9 @@ def _function_points(frame: RecorderDataFrame, tags: dict[str, str], time_ns: in
     names = frame.function_names
     counts = _by_name(frame.get_nonzero_function_count(), names)
     times = _by_name(frame.get_nonzero_function_time(), names)
-    ranks_calling: Counter[str] = Counter()
-    for per_rank in frame.get_nonzero_function_count_each_rank():
-        ranks_calling.update({names[func_id] for func_id in per_rank})
+    pairs = frame.rank_function_summary()
+    calls = zip(pairs["rank"].tolist(), pairs["function_id"].tolist(), strict=True)
+    ranks_calling = Counter(name for _rank, name in {(r, names[f]) for r, f in calls})
     return [
         Point(
             "recorder_function",
@@ -80,23 +80,29 @@ def _function_points(frame: RecorderDataFrame, tags: dict[str, str], time_ns: in
 
 
 def _rank_points(frame: RecorderDataFrame, tags: dict[str, str], time_ns: int) -> list[Point]:
-    records = frame.get_record_count_each_rank()
-    files = frame.get_total_file_count_each_rank()
-    accesses = frame.get_total_file_access_count_each_rank()
-    times = frame.get_total_function_time_each_rank()
+    """One point per rank that was read; a rank that could not be read has none (its zeros
+    would look like an idle rank) and is counted in the trace's problem lines instead."""
+    summary = frame.rank_summary()
     return [
         Point(
             "recorder_rank",
             {**tags, "rank": str(rank)},
             {
-                "records": records[rank],
-                "files": files[rank],
-                "file_accesses": accesses[rank],
-                "function_time_seconds": times[rank],
+                "records": records,
+                "files": files,
+                "file_accesses": accesses,
+                "function_time_seconds": seconds,
             },
             time_ns,
         )
-        for rank in range(frame.total_ranks)
+        for rank, records, files, accesses, seconds in zip(
+            summary.index.tolist(),
+            summary["records"].tolist(),
+            summary["files"].tolist(),
+            summary["file_accesses"].tolist(),
+            summary["function_time_seconds"].tolist(),
+            strict=True,
+        )
     ]
 
 
@@ -132,10 +138,14 @@ def _rank_function_points(
     frame: RecorderDataFrame, tags: dict[str, str], time_ns: int
 ) -> list[Point]:
     names = frame.function_names
-    counts = frame.get_nonzero_function_count_each_rank()
-    times = frame.get_nonzero_function_time_each_rank()
+    pairs = frame.rank_function_summary()
+    counts: dict[int, dict[int, int]] = {}
+    times: dict[int, dict[int, float]] = {}
+    for rank, func_id, count, seconds in pairs.itertuples(index=False):
+        counts.setdefault(rank, {})[func_id] = count
+        times.setdefault(rank, {})[func_id] = seconds
     points = []
-    for rank in range(frame.total_ranks):
+    for rank in sorted(counts):
         rank_counts = _by_name(counts[rank], names)
         rank_times = _by_name(times[rank], names)
         for name, count in sorted(rank_counts.items()):

@@ -29,12 +29,21 @@ def read_recorder_trace(path: Path) -> RecorderTrace:
         raise SourceError(f"{path}: not a Recorder trace directory")
     version = _read_version(path)
     if version.startswith(("3.0.", "2.5.")) or version in ("3.0", "2.5"):
-        return read_layout_25_30(path, version)
-    if version.startswith("2.4.") or version == "2.4":
-        return read_layout_24(path, version)
-    raise SourceError(
-        f"{path}: Recorder version {version} is not supported (readable: 2.4, 2.5, 3.0)"
-    )
+        trace = read_layout_25_30(path, version)
+    elif version.startswith("2.4.") or version == "2.4":
+        trace = read_layout_24(path, version)
+    else:
+        raise SourceError(
+            f"{path}: Recorder version {version} is not supported (readable: 2.4, 2.5, 3.0)"
+        )
+    announced, read = trace.metadata.total_ranks, len(trace.ranks)
+    if read < announced:  # first, so a cap on problem lines never drops the count
+        trace.errors.insert(
+            0,
+            f"{path}: {announced - read:,} of the {announced:,} ranks recorder.mt announces "
+            "could not be read (left out: no per-rank data)",
+        )
+    return trace
 
 
 def _read_version(path: Path) -> str:

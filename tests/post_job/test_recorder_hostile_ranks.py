@@ -1,0 +1,149 @@
+"""Recorder ranks a trace announces but does not hold: no work for them, and no point that
+passes an unread rank off as an idle one."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hpcmon.post_job.model import JobContext
+from hpcmon.post_job.points import Point, to_lines
+from hpcmon.post_job.recorder import RecorderDataFrame, collect_recorder
+from hpcmon.post_job.recorder.binary import MAX_RANKS
+from tests.post_job.test_recorder_reader import DATA, copy_trace
+
+JOB = JobContext(job_id="1")
+# Per-rank layouts: every rank has its own .cst, so the files present bound the real ranks.
+PER_RANK_TRACES = [DATA / "v2.4.0/tiny_loop_np2", DATA / "v3.0.0/tiny_mpi_np2_noipc_tid"]
+
+
+def _announce_ranks(trace: Path, ranks: int) -> None:
+    """total_ranks is the first field of recorder.mt (an int32 at byte 0) in 2.4, 2.5 and
+    3.0 alike (layouts.py: _MT_24, _MT_25, _MT_30)."""
+    mt = trace / "recorder.mt"
+    data = bytearray(mt.read_bytes())
+    data[0:4] = struct.pack("<i", ranks)
+    mt.write_bytes(bytes(data))
+
+
+def _points(points: list[Point], measurement: str) -> dict[str, dict]:
+    """measurement's points by their rank or function tag (the trace point under '')."""
+    return {
+        p.tags.get("rank", p.tags.get("function", "")): p.fields
+        for p in points
+        if p.measurement == measurement
+    }
+
+
+@pytest.mark.parametrize("source", PER_RANK_TRACES, ids=lambda p: p.parent.name)
+def test_huge_announced_rank_count_is_one_problem_not_work(tmp_path: Path, source: Path) -> None:
+    good = collect_recorder([source], JOB, per_rank_functions=True)
+    trace = copy_trace(source, tmp_path / source.name)
+    _announce_ranks(trace, 100_000)
+
+    out = collect_recorder([trace], JOB, per_rank_functions=True)
+    assert len(out.points) == len(good.points)
+    ranks = _points(out.points, "recorder_rank")
+    assert set(ranks) == {"0", "1"}
+    assert [f["records"] for f in ranks.values()] == [
+        f["records"] for f in _points(good.points, "recorder_rank").values()
+    ]
+    assert {k: f["count"] for k, f in _points(out.points, "recorder_function").items()} == {
+        k: f["count"] for k, f in _points(good.points, "recorder_function").items()
+    }
+    summary = _points(out.points, "recorder_trace")[""]
+    assert summary["ranks"] == 100_000
+    assert summary["records"] == _points(good.points, "recorder_trace")[""]["records"]
+    assert summary["problems"] == len(out.errors) >= 2
+    assert out.errors[0] == (
+        f"{trace}: 99,998 of the 100,000 ranks recorder.mt announces could not be read "
+        "(left out: no per-rank data)"
+    )
+
+    frame = RecorderDataFrame.from_recorder(trace)
+    assert frame.total_ranks == 100_000
+    assert frame.read_ranks == [0, 1]
+    assert len(frame.rank_summary()) == 2
+
+
+@settings(max_examples=20, deadline=None)
+@given(announced=st.integers(2, MAX_RANKS))
+def test_any_announced_rank_count_gives_points_for_read_ranks_only(
+    tmp_path_factory, announced: int
+) -> None:
+    source = PER_RANK_TRACES[0]
+    trace = copy_trace(source, tmp_path_factory.mktemp("ranks") / source.name)
+    _announce_ranks(trace, announced)
+    out = collect_recorder([trace], JOB, per_rank_functions=True)
+    assert set(_points(out.points, "recorder_rank")) == {"0", "1"}
+    assert {p.tags["rank"] for p in out.points if p.measurement == "recorder_rank_function"} == {
+        "0",
+        "1",
+    }
+    assert bool(out.errors) == (announced > 2)
+    to_lines(out.points)
+
+
+def _drop_cst(trace: Path) -> None:
+    (trace / "1.cst").unlink()
+
+
+def _break_grammar(trace: Path) -> None:
+    (trace / "1.cfg").write_bytes(b"\x10\x00\x00")
+
+
+def _bad_grammar_id(trace: Path) -> None:
+    """ug.mt: one int32 grammar id per rank, then the count; rank 1 points past the table."""
+    data = bytearray((trace / "ug.mt").read_bytes())
+    data[4:8] = struct.pack("<i", 99)
+    (trace / "ug.mt").write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    ("name", "damage"),
+    [
+        ("v2.4.0/tiny_loop_np2", _drop_cst),
+        ("v2.4.0/tiny_loop_np2", _break_grammar),
+        ("v3.0.0/tiny_mpi_np2_noipc_tid", _drop_cst),
+        ("v3.0.0/tiny_mpi_np2_noipc_tid", _break_grammar),
+        ("v3.0.0/tiny_mpi_np2_ipc", _bad_grammar_id),
+    ],
+    ids=lambda v: v if isinstance(v, str) else v.__name__,
+)
+def test_unreadable_rank_gets_no_rank_point(tmp_path: Path, name: str, damage) -> None:
+    good = collect_recorder([DATA / name], JOB)
+    trace = copy_trace(DATA / name, tmp_path / "t")
+    damage(trace)
+    out = collect_recorder([trace], JOB, per_rank_functions=True)
+    ranks = _points(out.points, "recorder_rank")
+    assert ranks == {"0": _points(good.points, "recorder_rank")["0"]}
+    assert {p.tags["rank"] for p in out.points if p.measurement == "recorder_rank_function"} == {
+        "0"
+    }
+    assert out.errors[0] == (
+        f"{trace}: 1 of the 2 ranks recorder.mt announces could not be read "
+        "(left out: no per-rank data)"
+    )
+
+
+def test_read_rank_without_calls_keeps_its_zero_row() -> None:
+    """An idle rank is data (zeros); only an unread rank is left out."""
+    frame = RecorderDataFrame.from_recorder(PER_RANK_TRACES[1])
+    rank0 = frame.filter(lambda df: df["rank"] == 0)
+    summary = rank0.rank_summary()
+    assert summary.index.tolist() == [0, 1]
+    assert summary.loc[1].tolist() == [0, 0, 0, 0.0]
+    assert summary.loc[0, "records"] == 52
+
+
+def test_read_ranks_without_any_call_all_keep_zero_rows() -> None:
+    frame = RecorderDataFrame.from_recorder(PER_RANK_TRACES[0]).filter(lambda df: df["rank"] < 0)
+    assert frame.rank_summary().to_dict("index") == {
+        rank: {"records": 0, "files": 0, "file_accesses": 0, "function_time_seconds": 0.0}
+        for rank in (0, 1)
+    }
+    assert frame.rank_function_summary().empty
