@@ -8,7 +8,7 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from hpcmon.post_job.files import not_a_regular_file
+from hpcmon.post_job.files import read_regular_file
 from hpcmon.post_job.problems import SourceError
 from hpcmon.post_job.recorder.grammar import Grammar, shift_terminals
 from hpcmon.post_job.recorder.model import CallSignature, TraceMetadata, function_type
@@ -46,13 +46,7 @@ def _first_absent(present: list[int], count: int) -> list[int]:
 
 
 def read_file(path: Path) -> bytes:
-    problem = not_a_regular_file(path)
-    if problem:
-        raise SourceError(problem)
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise SourceError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return read_regular_file(path)  # a FIFO swapped in after a check is refused, not waited on
 
 
 def checked_metadata(mt_path: Path, meta: TraceMetadata) -> TraceMetadata:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hpcmon.post_job.files import read_regular_file
 from hpcmon.post_job.problems import SourceError
 from hpcmon.post_job.recorder.layouts import read_layout_24, read_layout_25_30
 from hpcmon.post_job.recorder.model import RecorderTrace
@@ -60,7 +61,7 @@ def _read_version(path: Path) -> str:
                 f"{path}: no VERSION file (multi-file layout of Recorder after 3.0?); not supported"
             )
         raise SourceError(f"{path}: no VERSION file, not a Recorder trace directory")
-    raw = version_file.read_bytes()[:64].strip(b"\0 \n\r\t")
+    raw = read_regular_file(version_file, 64).strip(b"\0 \n\r\t")
     try:
         version = raw.decode("ascii")
     except UnicodeDecodeError:
