@@ -64,7 +64,8 @@ FILE_MODE, DIR_MODE = 0o640, 0o750
 
 def make_dir(path: Path) -> None:
     """``path`` and its missing parents, each mode 0750 (keeping a set-group-ID bit, by which
-    the spool's group passes to what is made in it)."""
+    the spool's group passes to what is made in it), each new entry fsynced in its parent (a
+    spool root made by this run must survive a crash with what is written in it)."""
     missing: list[Path] = []
     while not path.is_dir():
         missing.append(path)
@@ -75,6 +76,7 @@ def make_dir(path: Path) -> None:
         except FileExistsError:
             continue
         os.chmod(directory, DIR_MODE | (directory.stat().st_mode & stat.S_ISGID))
+        _fsync_dir(directory.parent)
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -119,7 +121,6 @@ class Spool:
     def _ensure(self) -> None:
         if not self.dir.is_dir():
             make_dir(self.dir)
-            _fsync_dir(self.dir.parent)  # the new directory entry must survive a crash too
 
     def add(self, lines: Sequence[str]) -> Path | None:
         """Store one batch durably; returns its path (None for no lines)."""

@@ -458,3 +458,22 @@ def test_hook_run_during_outage_then_flush_real_report(
     assert stored() == per_measurement
     assert main(hook_run) == 0  # the same job again: same points, no duplicates
     assert stored() == per_measurement
+
+
+def test_every_directory_the_spool_makes_is_fsynced_in_its_parent(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # the spool root itself, when this run made it, was not: a crash could lose the root
+    # and with it every batch written ahead in it
+    synced: list[Path] = []
+    real_fsync_dir = spool_module._fsync_dir
+
+    def recording(path: Path) -> None:
+        synced.append(Path(path))
+        real_fsync_dir(path)
+
+    monkeypatch.setattr(spool_module, "_fsync_dir", recording)
+    root = tmp_path / "var" / "spool" / "hpcmon"
+    Spool(root, "influx-v1").add(["m v=1i 1"])
+    for made in (tmp_path / "var", tmp_path / "var" / "spool", root, root / "influx-v1"):
+        assert made.parent in synced, made
