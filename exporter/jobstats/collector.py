@@ -161,7 +161,6 @@ class _ServerJob:
     """One job's sum over a component's targets, with what makes it never go down."""
 
     start_time: float | None  # as first seen: a changed one would read as a restart
-    snapshot_time: float | None  # never goes back (the rates' clock)
     units: dict[str, str]  # every operation the job listed, in first-seen order, its unit
     retired: dict[str, list[int]]  # operation -> [samples, sum] of parts expired or reset
     parts: dict[str, list[_Part]]  # target -> its entries as last read
@@ -239,7 +238,7 @@ def _new_server_job(by_target: dict[str, list[JobEntry]]) -> _ServerJob:
     for entries in by_target.values():
         for entry in entries:
             start = _latest(start, entry.start_time, min)
-    return _ServerJob(start, None, {}, {}, {})
+    return _ServerJob(start, {}, {}, {})
 
 
 def _update_parts(job: _ServerJob, by_target: dict[str, list[JobEntry]], unread: set[str]) -> None:
@@ -267,14 +266,15 @@ def _update_parts(job: _ServerJob, by_target: dict[str, list[JobEntry]], unread:
 def _server_entry(job: _ServerJob, by_target: dict[str, list[JobEntry]]) -> JobEntry:
     """The job's entry: retired counters plus every part's; min/max of the listed entries."""
     entries = [entry for listed in by_target.values() for entry in listed]
+    snapshot: float | None = None
     elapsed: float | None = None
     for entry in entries:
-        job.snapshot_time = _latest(job.snapshot_time, entry.snapshot_time, max)
+        snapshot = _latest(snapshot, entry.snapshot_time, max)
         elapsed = _latest(elapsed, entry.elapsed_time, max)
     first = entries[0]
     if len(entries) == 1 and len(job.parts) == 1 and not job.retired:
         if len(first.ops) == len(job.units):  # the job's only entry: its numbers are the sum
-            return JobEntry(first.jobid, job.snapshot_time, job.start_time, elapsed, first.ops)
+            return JobEntry(first.jobid, snapshot, job.start_time, elapsed, first.ops)
     totals = {name: [0, 0] for name in job.units}
     for name, (samples, total) in job.retired.items():
         totals[name] = [samples, total]
@@ -302,7 +302,7 @@ def _server_entry(job: _ServerJob, by_target: dict[str, list[JobEntry]]) -> JobE
             min(total, U64_MAX),
             None,
         )
-    return JobEntry(first.jobid, job.snapshot_time, job.start_time, elapsed, ops)
+    return JobEntry(first.jobid, snapshot, job.start_time, elapsed, ops)
 
 
 def _activity(entry: JobEntry) -> int:
