@@ -20,10 +20,17 @@ from hpcmon.common.jobid import decode_lustre_jobid
 BYTE_OPERATIONS = ("read_bytes", "write_bytes")
 # Real Lustre has a few dozen operation names and few layouts of them; a crafted job_stats with
 # new names at every sample would grow the caches keyed by them without end: past this many
-# entries such a cache starts over.
+# entries such a cache starts over (``make_room``).
 MAX_CACHED = 4096
 MAX_ERROR_MESSAGES = 20
 U64_MAX = 2**64 - 1  # Lustre's counters are u64
+
+
+def make_room(cache: dict) -> None:
+    """Before a new key goes into ``cache``: empty it once it holds ``MAX_CACHED`` keys."""
+    if len(cache) >= MAX_CACHED:
+        cache.clear()
+
 
 # One operation line. ``\s`` between fields also accepts a value wrapped onto the next line.
 # Numbers are u64 in Lustre: more than 20 digits is not a counter, so the line is malformed.

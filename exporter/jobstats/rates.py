@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from hpcmon.exporter.jobstats.parser import BYTE_OPERATIONS, MAX_CACHED, JobEntry
+from hpcmon.exporter.jobstats.parser import BYTE_OPERATIONS, JobEntry, make_room
 
 MIN_STEP = 1e-3  # seconds
 MAX_RATE = 1e15  # per second
@@ -97,9 +97,11 @@ class RateTracker:
         rates: dict[str, tuple[tuple[str, ...], tuple[float, ...]]] = {}
         for entry in jobs:
             names, values = rate_counters(entry)
-            if len(self._layouts) >= MAX_CACHED and names not in self._layouts:
-                self._layouts.clear()  # crafted input with new names at every sample
-            names = self._layouts.setdefault(names, names)
+            interned = self._layouts.get(names)
+            if interned is None:
+                make_room(self._layouts)
+                interned = self._layouts[names] = names
+            names = interned
             state = _JobState(wall_clock, entry.start_time, names, values)
             old = old_jobs.get(entry.jobid)
             if old is None:

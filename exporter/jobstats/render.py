@@ -21,7 +21,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from hpcmon.common.jobid import JobIdPattern
 from hpcmon.exporter.exposition import render_families
-from hpcmon.exporter.jobstats.parser import BYTE_OPERATIONS, MAX_CACHED, JobEntry
+from hpcmon.exporter.jobstats.parser import BYTE_OPERATIONS, JobEntry, make_room
 
 JOB_LABELS = ("component", "target", "jobid")
 USECS_PER_SECOND = 1_000_000
@@ -127,8 +127,7 @@ class LabelCache:
         text = self._operations.get(name)
         if text is None:
             text = "," + escape_label_sets(["operation"], [[name]])[0]
-            if len(self._operations) >= MAX_CACHED:
-                self._operations.clear()
+            make_room(self._operations)
             self._operations[name] = text
         return text
 
@@ -183,8 +182,7 @@ class Layouts:
         units = tuple([op.unit for op in entry.ops.values()])
         found = self._known.get((names, units))
         if found is None:
-            if len(self._known) >= MAX_CACHED:
-                self._known.clear()
+            make_room(self._known)
             found = self._known[(names, units)] = self._make(names, units)
         return found
 
