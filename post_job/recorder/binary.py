@@ -45,10 +45,6 @@ def _first_absent(present: list[int], count: int) -> list[int]:
     return absent
 
 
-def read_file(path: Path) -> bytes:
-    return read_regular_file(path)  # a FIFO swapped in after a check is refused, not waited on
-
-
 def checked_metadata(mt_path: Path, meta: TraceMetadata) -> TraceMetadata:
     if not 0 < meta.total_ranks <= MAX_RANKS:
         raise SourceError(f"{mt_path}: implausible rank count {meta.total_ranks}")
@@ -101,7 +97,7 @@ def iter_blocks(data: bytes, path: Path) -> Iterator[bytes]:
 
 def read_blocks(path: Path, expected: int, errors: list[str] | None = None) -> list[bytes]:
     """The first ``expected`` zlib blocks of a file; with ``errors``, keep what decodes."""
-    data = read_file(path)
+    data = read_regular_file(path)
     blocks: list[bytes] = []
     try:
         for block in iter_blocks(data, path):

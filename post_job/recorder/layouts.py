@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hpcmon.post_job.files import read_regular_file
 from hpcmon.post_job.problems import SourceError
 from hpcmon.post_job.recorder.binary import (
     checked_metadata,
@@ -17,7 +18,6 @@ from hpcmon.post_job.recorder.binary import (
     parse_cst,
     present_ranks,
     read_blocks,
-    read_file,
 )
 from hpcmon.post_job.recorder.grammar import Grammar, decode_rank, parse_cfg
 from hpcmon.post_job.recorder.model import CallSignature, RecorderTrace, TraceMetadata
@@ -65,7 +65,7 @@ def read_layout_25_30(path: Path, version: str) -> RecorderTrace:
 
 def _read_metadata_25_30(path: Path, version: str, layout: str) -> TraceMetadata:
     mt_path = path / "recorder.mt"
-    data = read_file(mt_path)
+    data = read_regular_file(mt_path)
     fmt = _MT_30 if layout == "3.0" else _MT_25
     if len(data) < _MT_NAMES_OFFSET_25_30:
         raise SourceError(f"{mt_path}: truncated ({len(data)} bytes, header needs 1024)")
@@ -94,7 +94,7 @@ def _read_metadata_25_30(path: Path, version: str, layout: str) -> TraceMetadata
 def _interprocess_grammars(path: Path, nprocs: int, errors: list[str]) -> dict[int, Grammar]:
     """ug.mt maps each rank to one of the unique grammars stored in ug.cfg."""
     ug_mt = path / "ug.mt"
-    data = read_file(ug_mt)
+    data = read_regular_file(ug_mt)
     if len(data) < 4 * (nprocs + 1):
         raise SourceError(
             f"{ug_mt}: truncated ({len(data)} bytes for {nprocs} ranks, need {4 * (nprocs + 1)})"
@@ -130,7 +130,7 @@ def _read_timestamps_25_30(
 ) -> dict[int, np.ndarray]:
     """recorder.ts = u64 size per rank, then each rank's blob (zlib blocks or raw u32)."""
     try:
-        data = read_file(ts_path)
+        data = read_regular_file(ts_path)
     except SourceError as exc:
         errors.append(f"{exc}; no timestamps")
         return {}
@@ -164,7 +164,7 @@ def _timestamp_words(blob: bytes, compressed: bool, ts_path: Path) -> np.ndarray
 
 def read_layout_24(path: Path, version: str) -> RecorderTrace:
     mt_path = path / "recorder.mt"
-    data = read_file(mt_path)
+    data = read_regular_file(mt_path)
     if len(data) < _MT_NAMES_OFFSET_24:
         raise SourceError(f"{mt_path}: truncated ({len(data)} bytes, header needs 40)")
     total_ranks, start_ts, resolution, _buffer, ts_algo, ipc = _MT_24.unpack_from(data, 0)
@@ -195,14 +195,14 @@ def read_layout_24(path: Path, version: str) -> RecorderTrace:
     for rank in present_ranks(path, total_ranks, errors):
         cst_path, cfg_path, ts_path = (path / f"{rank}.{ext}" for ext in ("cst", "cfg", "ts"))
         try:
-            rank_sigs = parse_cst(read_file(cst_path), cst_path, 1, meta)
-            grammar = parse_cfg(read_file(cfg_path), cfg_path)
+            rank_sigs = parse_cst(read_regular_file(cst_path), cst_path, 1, meta)
+            grammar = parse_cfg(read_regular_file(cfg_path), cfg_path)
         except SourceError as exc:
             errors.append(f"{exc}; rank {rank} skipped")
             continue
         grammar = merge_rank_table(signatures, rank_sigs, grammar)
         try:
-            words = _timestamp_words(read_file(ts_path), meta.ts_compression, ts_path)
+            words = _timestamp_words(read_regular_file(ts_path), meta.ts_compression, ts_path)
         except SourceError as exc:
             errors.append(str(exc))
             words = None

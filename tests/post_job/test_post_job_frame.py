@@ -482,7 +482,7 @@ def test_a_file_swapped_for_a_fifo_after_its_check_is_refused_not_waited_for(
     from hpcmon.post_job import files
     from hpcmon.post_job.darshan import reader_pydarshan
     from hpcmon.post_job.problems import SourceError
-    from hpcmon.post_job.recorder import binary as recorder_binary
+    from hpcmon.post_job.recorder.reader import read_recorder_trace
 
     fifo = tmp_path / "swapped"
     os.mkfifo(fifo)
@@ -491,5 +491,9 @@ def test_a_file_swapped_for_a_fifo_after_its_check_is_refused_not_waited_for(
         files.read_input(fifo, [])
     with pytest.raises(SourceError, match="not a regular file"):
         reader_pydarshan._open_report(fifo)  # what darshan-util would have opened
+    trace = tmp_path / "recorder-trace"  # a Recorder trace's files are read the same way
+    trace.mkdir()
+    (trace / "VERSION").write_text("2.4.0\n")
+    os.mkfifo(trace / "recorder.mt")
     with pytest.raises(SourceError, match="not a regular file"):
-        recorder_binary.read_file(fifo)  # each rank's files of a Recorder trace
+        read_recorder_trace(trace)
