@@ -218,8 +218,11 @@ def _keep_pending(result: Delivery, chunk: Sequence[str], stack: list[Sequence[s
 
 
 def _join(lines: Sequence[str]) -> bytes:
-    # encodable: lines spooled before Point.to_line made every line encodable
-    return encodable("\n".join(lines) + "\n").encode("utf-8")
+    text = "\n".join(lines) + "\n"
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # lines spooled before Point.to_line made every line encodable
+        return encodable(text).encode("utf-8")
 
 
 def _short(body: bytes | str, limit: int = 300) -> str:
