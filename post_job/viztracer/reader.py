@@ -75,24 +75,19 @@ def _parse_json(raw: bytes, path: Path, errors: list[str]) -> object:
         return json.loads(raw)
     except UnicodeDecodeError as exc:
         raise SourceError(f"{path}: not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError) as exc:  # also a 5,000-digit number, nesting 5,000 deep
+        if isinstance(exc, json.JSONDecodeError):
+            where = f"line {exc.lineno} column {exc.colno}"
+            fatal = f"invalid JSON at {where}: {exc.msg}"
+            broken = f"invalid or truncated JSON at {where} ({exc.msg})"
+        else:
+            fatal = broken = (
+                f"a number too long or nesting too deep for JSON readers ({type(exc).__name__})"
+            )
         salvaged = _salvage_events(raw.decode("utf-8", "replace"))
         if salvaged is None:
-            raise SourceError(
-                f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
-            ) from exc
-        errors.append(
-            f"{path}: invalid or truncated JSON at line {exc.lineno} column "
-            f"{exc.colno} ({exc.msg}); kept the {len(salvaged):,} complete events "
-            "before it"
-        )
-        return {"traceEvents": salvaged}
-    except (ValueError, RecursionError) as exc:  # a 5,000-digit number, nesting 5,000 deep
-        what = f"a number too long or nesting too deep for JSON readers ({type(exc).__name__})"
-        salvaged = _salvage_events(raw.decode("utf-8", "replace"))
-        if salvaged is None:
-            raise SourceError(f"{path}: {what}") from exc
-        errors.append(f"{path}: {what}; kept the {len(salvaged):,} complete events before it")
+            raise SourceError(f"{path}: {fatal}") from exc
+        errors.append(f"{path}: {broken}; kept the {len(salvaged):,} complete events before it")
         return {"traceEvents": salvaged}
 
 
