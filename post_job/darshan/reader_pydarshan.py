@@ -151,12 +151,18 @@ def _open_report(path: Path):
     # check would block it, so it is given the file we opened and checked (through /proc)
     fd = open_regular_file(path)
     try:
-        name = f"/proc/self/fd/{fd}" if os.path.isdir("/proc/self/fd") else str(path)
+        name = f"/proc/self/fd/{fd}" if _has_proc_fds() else str(path)
         return darshan.DarshanReport(name, read_all=False)
     except Exception as exc:  # the C library reports failures as RuntimeError and others
         raise SourceError(f"{path}: not a readable Darshan log ({exc})") from exc
     finally:
         os.close(fd)  # darshan-util holds its own descriptor of the file
+
+
+@functools.cache
+def _has_proc_fds() -> bool:
+    """Whether this system names open files /proc/self/fd/N (Linux): looked at once."""
+    return os.path.isdir("/proc/self/fd")
 
 
 def read_darshan_log_isolated(path: str | Path, timeout: float = 600.0) -> DarshanLog:
