@@ -62,12 +62,13 @@ def collect_darshan(
 ) -> SourceOutput:
     """``diagnose``: also the job's ``job_diagnosis`` points (the report, which runs its
     rules itself, does without)."""
+    logs, texts = [Path(p) for p in logs], [Path(p) for p in texts]
+    reading = read_logs(logs, texts, header=signals_out is not None)  # under way from here
     output = SourceOutput()
     computed: list[tuple[JobInfo, LogSignals]] = []
     diagnosed: list[DarshanLog] = []  # the logs that gave points: the job's diagnosis
-    logs, texts = [Path(p) for p in logs], [Path(p) for p in texts]
     labels = log_labels([*logs, *texts])
-    for path, outcome in read_logs(logs, texts):
+    for path, outcome in reading:
         problems = Problems(path)
         tags = {**job.base_tags(), "log": labels[path]}
         converted = _log_points(path, outcome, tags, top_records, problems, output)

@@ -50,7 +50,8 @@ class JobInfo:
     exe: str = ""
     log_version: str = ""
     metadata: dict[str, str] = field(default_factory=dict)
-    header_lines: list[str] = field(default_factory=list)  # darshan-parser's header block
+    # darshan-parser's header block (binary logs: only when asked, for the signals file)
+    header_lines: list[str] = field(default_factory=list)
 
     @property
     def exe_name(self) -> str:

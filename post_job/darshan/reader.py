@@ -27,11 +27,12 @@ def read_text(path: Path) -> DarshanLog:
 
 
 def read_logs(
-    logs: Sequence[Path], texts: Sequence[Path]
+    logs: Sequence[Path], texts: Sequence[Path], header: bool = False
 ) -> Iterator[tuple[Path, DarshanLog | Exception]]:
     """Each input with its log or the exception that stopped it (binary logs first, read by
-    one child process for the whole job; then the texts)."""
-    return chain(read_darshan_logs_isolated(logs), _read_texts(texts))
+    one child process for the whole job, which starts on them at once; then the texts).
+    ``header``: binary logs' header blocks too (texts always have theirs)."""
+    return chain(read_darshan_logs_isolated(logs, header=header), _read_texts(texts))
 
 
 def _read_texts(paths: Sequence[Path]) -> Iterator[tuple[Path, DarshanLog | Exception]]:

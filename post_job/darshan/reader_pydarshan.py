@@ -16,7 +16,9 @@ import atexit
 import faulthandler
 import functools
 import gc
+import math
 import os
+import select
 import signal
 import tempfile
 import time
@@ -39,7 +41,7 @@ from hpcmon.post_job.darshan.model import (
     is_record_id_counter,
     partial_warning,
 )
-from hpcmon.post_job.files import open_regular_file, read_regular_file
+from hpcmon.post_job.files import open_regular_file
 from hpcmon.post_job.problems import SourceError
 
 # A Darshan log starts with its format version string, e.g. b"3.41\0\0\0\0".
@@ -134,29 +136,63 @@ class _PackedLog:
         return self.log
 
 
-def read_darshan_log(path: str | Path) -> DarshanLog:
-    """Read one binary log in this process; raise SourceError when nothing can be read."""
+def read_darshan_log(path: str | Path, header: bool = False) -> DarshanLog:
+    """Read one binary log in this process; raise SourceError when nothing can be read.
+    ``header``: also darshan-parser's header block (``JobInfo.header_lines``), which needs the
+    log's mount table."""
     path = Path(path)
-    _check_looks_like_log(path)
     with _open_report(path) as report:
-        return _read_report(path, report).unpack()
+        return _read_report(path, report, header).unpack()
+
+
+class _NotALog(SourceError):
+    """A file refused before darshan-util saw it (empty, not a regular file, no Darshan
+    version string): the reader child stays fit for the next log."""
 
 
 def _open_report(path: Path):
-    """PyDarshan's report of a file that looks like a log (``_check_looks_like_log``: done
-    once, before the reader child is sent the file)."""
-    import darshan  # deferred: importing PyDarshan loads its C library (slow)
-
+    """PyDarshan's report of ``path``, once the file opened looks like a log."""
     # darshan-util opens the name it is given with a plain open(): a FIFO put there since the
     # check would block it, so it is given the file we opened and checked (through /proc)
-    fd = open_regular_file(path)
     try:
+        fd = open_regular_file(path)
+    except SourceError as exc:
+        raise _NotALog(str(exc)) from None
+    try:
+        _check_looks_like_log(path, fd)
         name = f"/proc/self/fd/{fd}" if _has_proc_fds() else str(path)
-        return darshan.DarshanReport(name, read_all=False)
+        return _report_class()(name, read_all=False)
+    except SourceError:
+        raise
     except Exception as exc:  # the C library reports failures as RuntimeError and others
         raise SourceError(f"{path}: not a readable Darshan log ({exc})") from exc
     finally:
         os.close(fd)  # darshan-util holds its own descriptor of the file
+
+
+@functools.cache
+def _report_class() -> type:
+    """PyDarshan's DarshanReport without the mount table: reading it is most of the time of
+    opening a small log (40 of 60 us), and only the header block needs it (``_mounts``)."""
+    import darshan  # deferred: importing PyDarshan loads its C library (slow)
+    from darshan.backend import cffi_backend as backend
+
+    class LogReport(darshan.DarshanReport):
+        def read_metadata(self) -> None:
+            # DarshanReport.read_metadata less the mount table (a test holds the two equal)
+            self.metadata["job"] = backend.log_get_job(self.log)
+            self.metadata["exe"] = backend.log_get_exe(self.log)
+            self.data["modules"] = backend.log_get_modules(self.log)
+            self._modules = self.data["modules"]
+
+    return LogReport
+
+
+def _mounts(report) -> list[tuple[str, str]]:
+    """The log's mount table: (mount point, file system type) per entry."""
+    from darshan.backend import cffi_backend as backend
+
+    return backend.log_get_mounts(report.log)
 
 
 @functools.cache
@@ -165,62 +201,74 @@ def _has_proc_fds() -> bool:
     return os.path.isdir("/proc/self/fd")
 
 
-def read_darshan_log_isolated(path: str | Path, timeout: float = 600.0) -> DarshanLog:
+def read_darshan_log_isolated(
+    path: str | Path, timeout: float = 600.0, header: bool = False
+) -> DarshanLog:
     """One log read in a child process (see ``read_darshan_logs_isolated``)."""
-    ((_, outcome),) = read_darshan_logs_isolated([Path(path)], timeout)
+    ((_, outcome),) = read_darshan_logs_isolated([Path(path)], timeout, header)
     if isinstance(outcome, SourceError):
         raise outcome
     return outcome
 
 
 def read_darshan_logs_isolated(
-    paths: Iterable[Path], timeout: float = 600.0
+    paths: Iterable[Path], timeout: float = 600.0, header: bool = False
 ) -> Iterator[tuple[Path, DarshanLog | SourceError]]:
     """(path, log or error) for each path, read in a forked child so that a crash inside
     darshan-util costs only the log being read, never the caller.
 
     The child is forked once per process and kept for the next logs and calls (the fork of a
     process holding numpy, pandas and darshan-util costs more than reading a small log); it
-    is replaced after any log that crashed or hung it, made darshan-util complain or failed.
-    It is sent the next logs ahead (``_READ_AHEAD``) and reads them while the caller works
-    on the ones handed back; the logs after one that needs a fresh child are sent again to
-    the new one (one call at a time: a call finds the child idle, or replaces it).
-    ``timeout`` counts from the moment the child could start the log. darshan-util reports
-    truncated module data only on stderr: the child's stderr is captured and each message
-    becomes a problem naming the file.
+    is replaced after any log that crashed or hung it, made darshan-util complain or failed
+    in darshan-util (a file refused before, e.g. empty, leaves it in use). It is sent the next
+    logs ahead (``_READ_AHEAD``) and reads them while the caller works on the ones handed
+    back; the logs after one that needs a fresh child are sent again to the new one (one call
+    at a time: a call finds the child idle, or replaces it). ``timeout`` counts from the
+    moment the child could start the log. darshan-util reports truncated module data only on
+    stderr: the child's stderr is captured and each message becomes a problem naming the
+    file. ``header``: see ``read_darshan_log``.
     """
-    checked = [(path, _check_error(path)) for path in map(Path, paths)]
-    readable = [path for path, error in checked if error is None]
-    done = 0  # how many of ``readable`` were handed back
-    reading: _ReaderChild | None = None  # the child this call sends logs to
-    for path, error in checked:
-        if error is not None:  # found before any child saw the file
-            yield path, error
-            continue
+    paths = [Path(path) for path in paths]
+    return _handed_back(paths, _start_reading(paths, header), timeout, header)
+
+
+def _start_reading(paths: list[Path], header: bool) -> _ReaderChild | None:
+    """The reader child, sent the first logs at once: it reads them while the caller gets
+    ready for them. None when it cannot be forked (``_handed_back`` tries again and says)."""
+    if not paths:
+        return None
+    try:
+        reading = _reader_child()
+        _send_ahead(reading, paths, 0, header)
+    except Exception:
+        return None
+    return reading
+
+
+def _send_ahead(reading: _ReaderChild, paths: list[Path], done: int, header: bool) -> None:
+    """Send ``reading`` the logs after the ``done`` handed back, up to ``_READ_AHEAD`` ahead
+    of the one the caller waits for."""
+    while reading.pending <= _READ_AHEAD and done + reading.pending < len(paths):
+        reading.send(paths[done + reading.pending], header)
+
+
+def _handed_back(
+    paths: list[Path], reading: _ReaderChild | None, timeout: float, header: bool
+) -> Iterator[tuple[Path, DarshanLog | SourceError]]:
+    for done, path in enumerate(paths):  # ``done``: how many were handed back
         try:
             if reading is None or reading is not _CHILD:
                 reading = _reader_child()
-            while reading.pending <= _READ_AHEAD and done + reading.pending < len(readable):
-                reading.send(readable[done + reading.pending])
+            _send_ahead(reading, paths, done, header)
             outcome, healthy = reading.read(path, timeout)
         except Exception as exc:  # fork failed, garbage on the pipe, ...: never raise
             outcome = SourceError(
                 f"{path}: cannot read the log in a child process ({type(exc).__name__}: {exc})"
             )
             healthy = False
-        done += 1
         if not healthy:  # crashed, hung, damaged log: the logs after it go to a fresh child
             close_reader_child()
         yield path, outcome
-
-
-def _check_error(path: Path) -> SourceError | None:
-    """What makes ``path`` no log (no child needed for an empty or foreign file), or None."""
-    try:
-        _check_looks_like_log(path)
-    except SourceError as exc:
-        return exc
-    return None
 
 
 _CHILD: _ReaderChild | None = None
@@ -281,6 +329,7 @@ class _ReaderChild:
             finally:
                 os._exit(0)  # skip atexit handlers and destructors inherited from the parent
         child_conn.close()
+        self._poller = _poller(self._conn)
 
     def alive(self) -> bool:
         try:
@@ -291,10 +340,10 @@ class _ReaderChild:
             self.pid = 0
         return not finished
 
-    def send(self, path: Path) -> None:
+    def send(self, path: Path, header: bool) -> None:
         """Queue a log: the child reads it once done with the ones sent before."""
         try:
-            self._conn.send(str(path))
+            self._conn.send((str(path), header))
         except OSError:  # the child died: ``read`` tells how
             pass
         if not self.pending:
@@ -313,7 +362,7 @@ class _ReaderChild:
         reply = closed = None
         hung = False
         try:
-            hung = not _wait(self._conn, self._started + timeout, self._spin)
+            hung = not _wait(self._poller, self._started + timeout, self._spin)
             if not hung:
                 reply = self._conn.recv()
         except (EOFError, OSError):  # the child died: it closed its end of the pipe
@@ -323,11 +372,11 @@ class _ReaderChild:
             detail = f" ({problems[-1].split(': ', 2)[2]})" if problems else ""
             how = self._fate(hung, timeout)
             return SourceError(f"{path}: PyDarshan {how} reading the log{detail}"), False
-        if isinstance(reply, SourceError):
-            return reply, False
-        log = reply.unpack()  # while the child closes the log
+        if isinstance(reply, SourceError) and not isinstance(reply, _NotALog):
+            return reply, False  # failed in darshan-util: not trusted with the next log
+        outcome = reply if isinstance(reply, _NotALog) else reply.unpack()  # while it closes
         try:
-            hung = not _wait(self._conn, time.monotonic() + _CLOSE_TIMEOUT, self._spin)
+            hung = not _wait(self._poller, time.monotonic() + _CLOSE_TIMEOUT, self._spin)
             if not hung:
                 closed = self._conn.recv()  # the size of its stderr file once it closed the log
         except (EOFError, OSError):
@@ -336,8 +385,11 @@ class _ReaderChild:
         if not isinstance(closed, int):
             how = self._fate(hung, _CLOSE_TIMEOUT)
             problems.append(f"{path}: darshan-util {how} closing the log")
-        log.problems = problems + log.problems
-        return log, isinstance(closed, int) and not problems
+        healthy = isinstance(closed, int) and not problems
+        if isinstance(outcome, _NotALog):
+            return SourceError(str(outcome)), healthy
+        outcome.problems = problems + outcome.problems
+        return outcome, healthy
 
     def _problems(self, path: Path, end: int | None = None) -> list[str]:
         """What the child wrote to stderr since the last call, up to ``end`` (the rest is about
@@ -399,22 +451,31 @@ def _cpus() -> int:
     return os.cpu_count() or 1
 
 
-def _wait(conn: Connection, deadline: float | None, spin: bool) -> bool:
-    """Whether ``conn`` has something to read (or its other end closed) by ``deadline``
-    (``time.monotonic``; None: no limit); ``spin``: poll for ``_SPIN_SECONDS`` first."""
+def _poller(conn: Connection) -> select.poll:
+    """A poll object watching ``conn`` (``Connection.poll`` builds a selector on every call,
+    10 us: as much as a small log's reply takes to arrive)."""
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLIN)
+    return poller
+
+
+def _wait(poller: select.poll, deadline: float | None, spin: bool) -> bool:
+    """Whether the connection ``poller`` watches has something to read (or its other end
+    closed) by ``deadline`` (``time.monotonic``; None: no limit); ``spin``: poll for
+    ``_SPIN_SECONDS`` first."""
     if spin:
         spin_end = time.monotonic() + _SPIN_SECONDS
         if deadline is not None:
             spin_end = min(spin_end, deadline)
         while True:
-            if conn.poll():
+            if poller.poll(0):
                 return True
             if time.monotonic() >= spin_end:
                 break
             os.sched_yield()  # whatever else wants this CPU goes first
     if deadline is None:
-        return conn.poll(None)
-    return conn.poll(max(0.0, deadline - time.monotonic()))
+        return bool(poller.poll())
+    return bool(poller.poll(math.ceil(max(0.0, deadline - time.monotonic()) * 1000)))
 
 
 def _serve(conn: Connection, stderr_fd: int, spin: bool) -> None:
@@ -423,16 +484,18 @@ def _serve(conn: Connection, stderr_fd: int, spin: bool) -> None:
     faulthandler.disable()  # a crash here is reported by the parent, not dumped on stderr
     os.dup2(stderr_fd, 2)
     gc.freeze()  # the parent's objects: never scanned by the child's collector
+    poller = _poller(conn)
     while True:
         try:
-            _wait(conn, None, spin)
-            path = Path(conn.recv())
+            _wait(poller, None, spin)
+            name, header = conn.recv()
         except EOFError:
             return
+        path = Path(name)
         report = None
         try:
             report = _open_report(path)
-            result: _PackedLog | SourceError = _read_report(path, report)
+            result: _PackedLog | SourceError = _read_report(path, report, header)
         except SourceError as exc:
             result = exc
         except Exception as exc:
@@ -444,15 +507,19 @@ def _serve(conn: Connection, stderr_fd: int, spin: bool) -> None:
         conn.send(os.fstat(2).st_size)
 
 
-def _check_looks_like_log(path: Path) -> None:
-    head = read_regular_file(path, 8)
+def _check_looks_like_log(path: Path, fd: int) -> None:
+    """Refuse (``_NotALog``) the file open as ``fd`` unless it starts as a Darshan log."""
+    try:
+        head = os.pread(fd, 8, 0)
+    except OSError as exc:
+        raise _NotALog(f"{path}: cannot read: {exc.strerror or exc}") from None
     if not head:
-        raise SourceError(f"{path}: empty file, not a Darshan log")
+        raise _NotALog(f"{path}: empty file, not a Darshan log")
     if not head.startswith(_MAGIC_PREFIXES):
-        raise SourceError(f"{path}: not a Darshan log: bad magic (no version header)")
+        raise _NotALog(f"{path}: not a Darshan log: bad magic (no version header)")
 
 
-def _read_report(path: Path, report) -> _PackedLog:
+def _read_report(path: Path, report, header: bool) -> _PackedLog:
     job = _job_info(report)
     log = DarshanLog(source=str(path), job=job)
     packed = _PackedLog(log, [], [])
@@ -478,7 +545,13 @@ def _read_report(path: Path, report) -> _PackedLog:
             log.skipped_modules.append(module)
         else:
             log.problems.append(f"{path}: a module unknown to this reader skipped")
-    job.header_lines = _header_lines(job, module_info, report)
+    if header:
+        try:
+            mounts = _mounts(report)
+        except Exception as exc:
+            log.problems.append(f"{path}: cannot read the mount table ({type(exc).__name__})")
+            mounts = []
+        job.header_lines = _header_lines(job, module_info, mounts)
     return packed
 
 
@@ -643,7 +716,7 @@ def _heatmap_bins(heatmap):
         yield rank, read_row, write_row
 
 
-def _header_lines(job: JobInfo, module_info: dict, report) -> list[str]:
+def _header_lines(job: JobInfo, module_info: dict, mounts: list[tuple[str, str]]) -> list[str]:
     """The job header block in darshan-parser's layout (what a text archive would hold)."""
     lines = [
         f"# darshan log version: {job.log_version}",
@@ -664,7 +737,7 @@ def _header_lines(job: JobInfo, module_info: dict, report) -> list[str]:
         lines.append(f"# {module} module: {size} bytes (compressed), ver={version}")
     lines += ["", "# mounted file systems (mount point and fs type)"]
     lines.append("# -------------------------------------------------------")
-    for mount_point, fs_type in getattr(report, "mounts", []) or []:
+    for mount_point, fs_type in mounts:
         lines.append(f"# mount entry:\t{mount_point}\t{fs_type}")
     return lines
 

@@ -6,21 +6,27 @@ their points; nothing raises out of collect_darshan."""
 from __future__ import annotations
 
 import gzip
+import os
 import random
 import string
 from pathlib import Path
 
+import pandas as pd
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hpcmon.post_job.darshan import collect_darshan, read_text
+from hpcmon.post_job.darshan.model import IO_MODULES
 from hpcmon.post_job.darshan.signals import compute_signals
 from hpcmon.post_job.darshan.signals_text import signal_lines
 from hpcmon.post_job.model import JobContext
+from hpcmon.post_job.problems import SourceError
 from tests.post_job.darshan_helpers import (
     EMPTY,
     HDF5_DXT,
     IMBALANCED,
+    LOGS,
     MPI_IO_TEST,
     SKEW,
     as_parser_prints,
@@ -273,7 +279,8 @@ def test_random_bytes_as_text_never_raise(blob):
 
 
 def _body(log):
-    return [ln for ln in signal_lines(log.job, compute_signals(log)) if ln[:1] != "#"]
+    """The signal lines, without the header block (a binary log has it only when asked)."""
+    return [ln for ln in signal_lines(log.job, compute_signals(log)) if ln and ln[:1] != "#"]
 
 
 def _same_body_as_text(binary_log, text_log) -> None:
@@ -388,3 +395,61 @@ def test_the_reader_child_is_kept_for_later_calls_and_replaced_after_a_crash():
     )
     assert not isinstance(first, Exception) and not isinstance(second, Exception)
     assert reader_pydarshan._CHILD is not child
+
+
+def test_files_refused_before_darshan_util_leave_the_reader_child_in_use(tmp_path):
+    """An empty, foreign or missing file, or a FIFO, is refused by the child before darshan-util
+    opens it (``_NotALog``): the error names it, and the same child reads the next log."""
+    from hpcmon.post_job.darshan import reader_pydarshan
+
+    empty = tmp_path / "empty.darshan"
+    empty.write_bytes(b"")
+    foreign = tmp_path / "foreign.darshan"
+    foreign.write_bytes(b"PK\x03\x04 not a log")
+    fifo = tmp_path / "fifo.darshan"
+    os.mkfifo(fifo)
+    missing = tmp_path / "missing.darshan"
+    list(reader_pydarshan.read_darshan_logs_isolated([log_path(SKEW)]))
+    child = reader_pydarshan._CHILD
+    outcomes = dict(
+        reader_pydarshan.read_darshan_logs_isolated(
+            [empty, foreign, fifo, missing, log_path(MPI_IO_TEST)]
+        )
+    )
+    assert str(outcomes[empty]) == f"{empty}: empty file, not a Darshan log"
+    assert str(outcomes[foreign]) == f"{foreign}: not a Darshan log: bad magic (no version header)"
+    assert str(outcomes[fifo]).startswith(f"{fifo}: not a regular file")
+    assert str(outcomes[missing]).startswith(f"{missing}: ")
+    for path in (empty, foreign, fifo, missing):
+        assert type(outcomes[path]) is SourceError  # the child's own class stays inside
+    log = outcomes[log_path(MPI_IO_TEST)]
+    assert not isinstance(log, Exception) and log.problems == []
+    assert reader_pydarshan._CHILD is child  # no fork for files darshan-util never saw
+
+
+@pytest.mark.parametrize("stem", sorted(p.stem for p in LOGS.glob("*.darshan")))
+def test_the_report_read_without_its_mount_table_is_pydarshans_report(stem):
+    """The reader opens logs with DarshanReport less its mount table (``_report_class``),
+    which re-implements ``read_metadata``: what it keeps must stay what PyDarshan reads (a
+    PyDarshan release that reads more there fails here), and the mount table read when the
+    header is asked for (``_mounts``) is PyDarshan's."""
+    import darshan
+
+    from hpcmon.post_job.darshan import reader_pydarshan
+
+    path = str(log_path(stem))
+    with darshan.DarshanReport(path, read_all=False) as theirs:
+        with reader_pydarshan._report_class()(path, read_all=False) as ours:
+            assert ours.metadata == theirs.metadata
+            assert ours.modules == theirs.modules
+            assert ours.data.keys() | {"mounts"} == theirs.data.keys()
+            assert reader_pydarshan._mounts(ours) == theirs.mounts
+            for module in theirs.modules:
+                if module in IO_MODULES:
+                    ours.mod_read_all_records(module, warnings=False)
+                    theirs.mod_read_all_records(module, warnings=False)
+                    expected = theirs.records[module].to_df()
+                    got = ours.records[module].to_df()
+                    assert got.keys() == expected.keys()
+                    for part, frame in expected.items():
+                        pd.testing.assert_frame_equal(got[part], frame)

@@ -28,6 +28,7 @@ from tests.post_job.darshan_helpers import (
     E3SM,
     INACTIVE,
     MPI_IO_TEST,
+    PAIRS,
     TEXTS,
     log_path,
     raw_records,
@@ -186,6 +187,26 @@ def test_points_round_trip_through_influxdb1(influxdb1):
         "SELECT count(write_bytes) FROM darshan_heatmap_bin WHERE module='POSIX'", db="darshan_rt"
     )
     assert bins[0]["values"][0][1] == 114
+
+
+# darshan-parser lines that PyDarshan does not give (how the log's regions are compressed)
+UNREAD_HEADER_LINES = ("# compression method:", "# header:", "# job data:", "# record table:")
+
+
+@pytest.mark.parametrize("stem", PAIRS)
+def test_the_signals_file_of_a_binary_log_has_darshan_parsers_header(tmp_path, stem):
+    """The mount table is read only for the signals file (it is most of a small log's open):
+    asked for, the header block is darshan-parser's, mount entries included."""
+    out = tmp_path / "signals.txt"
+    collect_darshan([log_path(stem)], [], JOB, signals_out=out)
+    lines = out.read_text().splitlines()
+    first_signal = next(i for i, line in enumerate(lines) if line.startswith("JOB\t"))
+    ours = lines[3:first_signal]
+    text = text_path(stem).read_text().splitlines()
+    theirs = text[: text.index("# description of columns:")]
+    theirs = [line for line in theirs if not line.startswith(UNREAD_HEADER_LINES)]
+    assert any(line.startswith("# mount entry:\t") for line in ours)
+    assert [line for line in ours if line] == [line for line in theirs if line]
 
 
 def test_signals_file_heatmap_lines_are_per_rank_and_modules_have_perf_and_agg(tmp_path):

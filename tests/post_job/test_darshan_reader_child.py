@@ -177,15 +177,16 @@ def test_a_wait_that_spins_first_still_ends_at_its_deadline(spin: bool) -> None:
     from multiprocessing import Pipe
 
     ours, theirs = Pipe(duplex=True)
+    poller = reader_pydarshan._poller(ours)
     started = time.monotonic()
-    assert not reader_pydarshan._wait(ours, started + 0.3, spin)  # nothing comes: False ...
+    assert not reader_pydarshan._wait(poller, started + 0.3, spin)  # nothing comes: False ...
     assert time.monotonic() - started >= 0.3  # ... at the deadline, not before
-    assert not reader_pydarshan._wait(ours, started, spin)  # a deadline already past
+    assert not reader_pydarshan._wait(poller, started, spin)  # a deadline already past
     theirs.send("log")
-    assert reader_pydarshan._wait(ours, None, spin)
+    assert reader_pydarshan._wait(poller, None, spin)
     assert ours.recv() == "log"
     theirs.close()  # the other end gone: the wait ends and the read says so
-    assert reader_pydarshan._wait(ours, None, spin)
+    assert reader_pydarshan._wait(poller, None, spin)
     with pytest.raises(EOFError):
         ours.recv()
 

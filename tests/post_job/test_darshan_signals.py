@@ -359,7 +359,8 @@ def test_inactive_ranks_heatmap_only_has_active_ranks_and_is_read_off_the_text(b
 
 
 def signal_body(log, signals):
-    return [line for line in signal_lines(log.job, signals) if not line.startswith("#")]
+    """The signal lines, without the header block (a binary log has it only when asked)."""
+    return [line for line in signal_lines(log.job, signals) if line and not line.startswith("#")]
 
 
 @pytest.mark.parametrize("stem", PAIRS)
