@@ -167,9 +167,15 @@ class Spool:
         """Queue again the lines an earlier release filed under ``rejected/`` because the store
         was at a series limit (good data), under the rejected file's own name so they keep
         their place in order; the other rejected lines stay where they are. Returns the number
-        of lines queued. A kill half-way queues some lines twice at worst (identical points)."""
+        of lines queued. A kill half-way queues some lines twice at worst (identical points).
+        Under the replay lock: two runs at once would both queue every line again (and count
+        it twice); the run that finds the lock taken leaves the lines to the one holding it."""
         if not self.rejected_dir.is_dir():
             return 0
+        with self.replay_lock() as locked:
+            return self._requeue_capacity_refusals() if locked else 0
+
+    def _requeue_capacity_refusals(self) -> int:
         queued = 0
         for path in sorted(self.rejected_dir.glob("*.jsonl")):
             try:

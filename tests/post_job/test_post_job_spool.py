@@ -178,6 +178,54 @@ def test_locked_spool_is_not_replayed(tmp_path: Path) -> None:
     assert result.skipped_locked and result.files_left == 1
 
 
+SERIES_LIMIT = 'HTTP 400: {"error":"partial write: max-series-per-database limit exceeded"}'
+
+
+def test_refused_lines_are_not_queued_again_while_another_run_holds_the_spool(
+    tmp_path: Path,
+) -> None:
+    """Two ``flush`` runs at once both queued every line refused for the series limit (and
+    counted it twice): the queueing waits for the spool's replay lock like the replay."""
+    spool = Spool(tmp_path, "influx-v1")
+    spool.reject([(f"m v={i} {i}", SERIES_LIMIT) for i in range(3)], "old.spool")
+    with spool.replay_lock() as locked:
+        assert locked
+        assert Spool(tmp_path, "influx-v1").requeue_capacity_refusals() == 0
+    assert spool.pending() == [] and len(list(spool.rejected_dir.glob("*.jsonl"))) == 1
+    assert Spool(tmp_path, "influx-v1").requeue_capacity_refusals() == 3
+    [queued] = spool.pending()
+    assert spool.read(queued).lines == [f"m v={i} {i}" for i in range(3)]
+
+
+def test_runs_racing_to_queue_refused_lines_again_queue_and_count_each_line_once(
+    tmp_path: Path,
+) -> None:
+    spool = Spool(tmp_path, "influx-v1")
+    lines = [f"m v={i} {i}" for i in range(300)]
+    for line in lines:
+        spool.reject([(line, SERIES_LIMIT)], "old.spool")
+    go = tmp_path / "go"
+    children = []
+    for run in range(4):
+        pid = os.fork()
+        if pid == 0:  # a run: waits for the others, then queues what it finds
+            code = 1
+            try:
+                while not go.exists():
+                    pass
+                queued = Spool(tmp_path, "influx-v1").requeue_capacity_refusals()
+                (tmp_path / f"queued-{run}").write_text(str(queued))
+                code = 0
+            finally:
+                os._exit(code)
+        children.append(pid)
+    go.touch()
+    assert all(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0 for pid in children)
+    counted = sum(int((tmp_path / f"queued-{run}").read_text()) for run in range(4))
+    queued = Counter(line for path in spool.pending() for line in spool.read(path).lines)
+    assert queued == Counter(lines) and counted == len(lines)
+
+
 # ---------------------------------------------------------------- outage, then flush
 def _count_influx(server: servers.InfluxDB1, db: str, measurement: str) -> int:
     series = server.series(f'SELECT count("bytes") FROM "{measurement}"', db=db)
