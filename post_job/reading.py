@@ -16,6 +16,7 @@ die: the parent retries each input alone to find them, then reads the others tog
 from __future__ import annotations
 
 import ctypes
+import errno
 import faulthandler
 import json
 import logging
@@ -377,8 +378,15 @@ def input_problem(path: Path, roots: Sequence[str], uid: int) -> str | None:
     """Why an input must not be read (as the reading user, in the child), or None."""
     try:
         real = Path(os.path.realpath(path))
-        real_roots = [Path(os.path.realpath(root)) for root in roots]
-        if real_roots and not any(real == r or r in real.parents for r in real_roots):
+        real_roots, moved = [], []
+        for root in roots:
+            try:
+                real_roots.append(resolved_root(root))
+            except _UntrustedLink as exc:
+                moved.append(str(exc))
+        if roots and not any(real == r or r in real.parents for r in real_roots):
+            if moved:
+                return f"the configured directory {moved[0]}"
             return "a symbolic link leading out of the configured directories"
         info = os.stat(real)
     except OSError as exc:
@@ -389,3 +397,50 @@ def input_problem(path: Path, roots: Sequence[str], uid: int) -> str | None:
     if not os.access(real, wanted):
         return f"not readable by the job's user (uid {uid})"
     return None
+
+
+_MAX_LINKS = 40  # links followed while resolving one directory (the kernel's ELOOP limit)
+
+
+class _UntrustedLink(Exception):
+    """A configured directory leads through a link root does not own (see resolved_root)."""
+
+
+def resolved_root(root: str) -> Path:
+    """``root`` with the symbolic links on its way resolved, each of them owned by root.
+
+    A pattern's directory may hold the job's own names (``/scratch/{user}/{jobid}/``): its
+    user could turn ``{jobid}`` into a link to anywhere, and realpath would then move the
+    configured directory there. A site's own links (``/scratch`` -> ``/lustre/scratch``) are
+    root's; any other raises ``_UntrustedLink``. A part that does not exist ends the walk:
+    nothing can be found under it."""
+    pending = list(reversed(Path(os.path.join(os.getcwd(), root)).parts[1:]))
+    current, links = Path("/"), 0
+    while pending:
+        part = pending.pop()
+        if part in ("", "."):
+            continue
+        if part == "..":
+            current = current.parent
+            continue
+        candidate = current / part
+        try:
+            info = os.lstat(candidate)
+        except FileNotFoundError:
+            return candidate.joinpath(*reversed(pending))
+        if not stat.S_ISLNK(info.st_mode):
+            current = candidate
+            continue
+        if info.st_uid != 0:
+            raise _UntrustedLink(
+                f"{root} leads through {candidate}, a symbolic link owned by uid {info.st_uid}"
+                " (only root's links are followed there)"
+            )
+        links += 1
+        if links > _MAX_LINKS:
+            raise OSError(errno.ELOOP, "too many levels of symbolic links", root)
+        target = Path(os.readlink(candidate))
+        if target.is_absolute():
+            current = Path("/")
+        pending.extend(reversed(target.parts[1:] if target.is_absolute() else target.parts))
+    return current

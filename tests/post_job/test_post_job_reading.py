@@ -20,7 +20,13 @@ from hypothesis import strategies as st
 from hpcmon.post_job import files, sources
 from hpcmon.post_job.model import JobContext, SourceOutput
 from hpcmon.post_job.points import Point
-from hpcmon.post_job.reading import ReadPolicy, _decode, collect_isolated, input_problem
+from hpcmon.post_job.reading import (
+    ReadPolicy,
+    _decode,
+    collect_isolated,
+    input_problem,
+    resolved_root,
+)
 from hpcmon.post_job.sources import SourceRequest
 
 JOB = JobContext("77", "c1")
@@ -133,6 +139,60 @@ def test_refusals_name_the_file_and_the_reason(tmp_path: Path) -> None:
     assert input_problem(inside / "missing", [str(inside)], uid).startswith("cannot look at it")
     if uid != 0:
         assert "owned by uid" in input_problem(inside / "own", [str(inside)], uid + 1)
+
+
+def test_a_configured_directory_its_user_turned_into_a_link_is_not_followed(tmp_path):
+    """``/jobs/{jobid}/`` made a link to elsewhere by the job's user moved the allowed
+    directory there: the link is not followed (only root's are), and the refusal says why."""
+    elsewhere, jobs = tmp_path / "elsewhere", tmp_path / "jobs"
+    elsewhere.mkdir()
+    jobs.mkdir()
+    (elsewhere / "secret").write_text("TOKEN")
+    link = jobs / "123"
+    link.symlink_to(elsewhere)
+    if os.geteuid() == 0:
+        os.lchown(link, 12345, 12345)  # as the job's user would have made it
+    owner = os.lstat(link).st_uid
+    problem = input_problem(link / "secret", [f"{link}/"], os.geteuid())
+    assert problem == (
+        f"the configured directory {link}/ leads through {link}, a symbolic link owned by uid "
+        f"{owner} (only root's links are followed there)"
+    )
+    (jobs / "124").mkdir()  # the same pattern for a job whose directory is a directory
+    (jobs / "124" / "log").write_text("data")
+    assert input_problem(jobs / "124" / "log", [f"{link}/", f"{jobs}/124/"], os.geteuid()) is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the links must be root's")
+@settings(max_examples=60, deadline=None)
+@given(
+    links=st.lists(
+        st.tuples(
+            st.sampled_from(["a", "a/b", "c"]),
+            st.sampled_from(["..", "../c", "b", "/ABS/a", "/ABS/c/..", ".", "x/.."]),
+        ),
+        max_size=4,
+    ),
+    path=st.sampled_from(["a", "a/b", "c", "a/l0", "c/l1/l2", "a/b/l3/..", "l0/l1", "a/../c"]),
+)
+def test_root_owned_links_resolve_as_the_kernel_does(links, path):
+    """Through root's links (a site's own), the resolved directory is realpath's."""
+    with tempfile.TemporaryDirectory() as directory:
+        base = Path(os.path.realpath(directory))
+        for sub in ("a/b", "c", "x"):
+            (base / sub).mkdir(parents=True, exist_ok=True)
+        for number, (where, target) in enumerate(links):
+            (base / where / f"l{number}").symlink_to(target.replace("/ABS", str(base)))
+        root = str(base / path)
+        try:
+            expected = os.path.realpath(root, strict=True)
+        except OSError:  # a loop or a dangling link: resolved_root need only not hang
+            try:
+                resolved_root(root)
+            except OSError:
+                pass
+            return
+        assert str(resolved_root(root)) == expected
 
 
 JSON = st.recursive(
