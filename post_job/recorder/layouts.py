@@ -11,6 +11,7 @@ import numpy as np
 from hpcmon.post_job.files import read_regular_file
 from hpcmon.post_job.problems import SourceError
 from hpcmon.post_job.recorder.binary import (
+    MAX_RANKS,
     checked_metadata,
     function_names,
     iter_blocks,
@@ -134,6 +135,13 @@ def _read_timestamps_25_30(
     except SourceError as exc:
         errors.append(f"{exc}; no timestamps")
         return {}
+    held = _timestamp_ranks(data, nprocs)
+    if held != nprocs:
+        errors.append(
+            f"{ts_path}: holds the timestamps of {held} ranks where recorder.mt announces "
+            f"{nprocs}; read as {held}"
+        )
+        nprocs = held
     header = 8 * nprocs
     if len(data) < header:
         errors.append(f"{ts_path}: truncated header ({len(data)} bytes); no timestamps")
@@ -153,6 +161,24 @@ def _read_timestamps_25_30(
         except SourceError as exc:
             errors.append(f"{exc} (rank {rank})")
     return out
+
+
+def _timestamp_ranks(data: bytes, announced: int) -> int:
+    """How many ranks recorder.ts holds: one u64 size per rank, then the ranks' blobs, which
+    fill the file to its end. The announced count when the file adds up with it, else the
+    one count it adds up with (a recorder.mt whose count was altered would otherwise cost
+    every rank its times), else the announced count (a truncated file: each rank says so)."""
+    count = min(len(data) // 8, MAX_RANKS)
+    if count == 0:
+        return announced
+    # sizes capped at the file's length: an end past the file never adds up, and the sums of
+    # at most MAX_RANKS capped sizes stay far inside uint64
+    sizes = np.minimum(np.frombuffer(data, dtype="<u8", count=count), len(data))
+    ends = np.cumsum(sizes, dtype=np.uint64) + 8 * np.arange(1, count + 1, dtype=np.uint64)
+    if announced <= count and ends[announced - 1] == len(data):
+        return announced
+    fits = np.flatnonzero(ends == len(data))  # ends only grow: one at most
+    return int(fits[0]) + 1 if fits.size else announced
 
 
 def _timestamp_words(blob: bytes, compressed: bool, ts_path: Path) -> np.ndarray:
