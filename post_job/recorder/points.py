@@ -7,6 +7,7 @@ directory name) keeps two traces of one job (e.g. two job steps) apart.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 from hpcmon.common.timeutil import seconds_to_ns
@@ -25,22 +26,44 @@ def trace_points(
 ) -> list[Point]:
     time_ns = seconds_to_ns(frame.start_ts)
     tags = {**base_tags, "trace": trace}
-    points = [_summary_point(frame, tags, time_ns)]
-    points += _function_points(frame, tags, time_ns)
-    points += _rank_points(frame, tags, time_ns)
+    untimed = _Untimed(frame)
+    points = [_summary_point(frame, tags, time_ns, untimed)]
+    points += _function_points(frame, tags, time_ns, untimed)
+    points += _rank_points(frame, tags, time_ns, untimed)
     points += _file_points(frame, tags, time_ns, top_files)
     if per_rank_functions:
-        points += _rank_function_points(frame, tags, time_ns)
+        points += _rank_function_points(frame, tags, time_ns, untimed)
     return points
 
 
-def _summary_point(frame: RecorderDataFrame, tags: dict[str, str], time_ns: int) -> Point:
+class _Untimed:
+    """The calls without timestamps (a recorder.ts truncated or missing: the trace's problem
+    lines say so). A time field that would sum any of them is NaN, which leaves it out of the
+    points, rather than a smaller figure (0 for a rank without times) that looks complete."""
+
+    def __init__(self, frame: RecorderDataFrame) -> None:
+        calls = frame.df.loc[frame.df["time"].isna(), ["rank", "function_id"]]
+        names = frame.function_names
+        self.any = not calls.empty
+        self.ranks = set(calls["rank"].tolist())
+        pairs = zip(calls["rank"].tolist(), calls["function_id"].tolist(), strict=True)
+        self.rank_functions = {(rank, names[func_id]) for rank, func_id in pairs}
+        self.functions = {name for _, name in self.rank_functions}
+
+    @staticmethod
+    def unless(partial: bool, seconds: float) -> float:
+        return math.nan if partial else seconds
+
+
+def _summary_point(
+    frame: RecorderDataFrame, tags: dict[str, str], time_ns: int, untimed: _Untimed
+) -> Point:
     fields: dict[str, float | int | str] = {
         "ranks": frame.total_ranks,
         "records": frame.get_record_count(),
         "files": frame.get_total_file_count(),
         "file_accesses": frame.get_total_file_access_count(),
-        "function_time_seconds": frame.get_total_function_time(),
+        "function_time_seconds": untimed.unless(untimed.any, frame.get_total_function_time()),
         "problems": len(frame.errors),
     }
     if len(frame.df):
@@ -56,7 +79,9 @@ def _by_name(values: dict[int, float], names: tuple[str, ...]) -> dict[str, floa
     return out
 
 
-def _function_points(frame: RecorderDataFrame, tags: dict[str, str], time_ns: int) -> list[Point]:
+def _function_points(
+    frame: RecorderDataFrame, tags: dict[str, str], time_ns: int, untimed: _Untimed
+) -> list[Point]:
     names = frame.function_names
     counts = _by_name(frame.get_nonzero_function_count(), names)
     times = _by_name(frame.get_nonzero_function_time(), names)
@@ -69,7 +94,9 @@ def _function_points(frame: RecorderDataFrame, tags: dict[str, str], time_ns: in
             {**tags, "function": name},
             {
                 "count": int(count),
-                "total_time_seconds": float(times.get(name, 0.0)),
+                "total_time_seconds": untimed.unless(
+                    name in untimed.functions, float(times.get(name, 0.0))
+                ),
                 "ranks": ranks_calling[name],
                 "layer": function_type(name),
             },
@@ -79,7 +106,9 @@ def _function_points(frame: RecorderDataFrame, tags: dict[str, str], time_ns: in
     ]
 
 
-def _rank_points(frame: RecorderDataFrame, tags: dict[str, str], time_ns: int) -> list[Point]:
+def _rank_points(
+    frame: RecorderDataFrame, tags: dict[str, str], time_ns: int, untimed: _Untimed
+) -> list[Point]:
     """One point per rank that was read; a rank that could not be read has none (its zeros
     would look like an idle rank) and is counted in the trace's problem lines instead."""
     summary = frame.rank_summary()
@@ -91,7 +120,7 @@ def _rank_points(frame: RecorderDataFrame, tags: dict[str, str], time_ns: int) -
                 "records": records,
                 "files": files,
                 "file_accesses": accesses,
-                "function_time_seconds": seconds,
+                "function_time_seconds": untimed.unless(rank in untimed.ranks, seconds),
             },
             time_ns,
         )
@@ -116,6 +145,9 @@ def _file_points(
     per_file = accesses.groupby("file_name").agg(
         accesses=("rank", "size"), ranks=("rank", "nunique"), time=("time", "sum")
     )
+    per_file["time"] = per_file["time"].mask(
+        accesses["time"].isna().groupby(accesses["file_name"]).any()
+    )  # a file with calls without timestamps: left out, as in _Untimed
     per_file = per_file.reset_index().sort_values(
         ["accesses", "file_name"], ascending=[False, True]
     )
@@ -135,7 +167,7 @@ def _file_points(
 
 
 def _rank_function_points(
-    frame: RecorderDataFrame, tags: dict[str, str], time_ns: int
+    frame: RecorderDataFrame, tags: dict[str, str], time_ns: int, untimed: _Untimed
 ) -> list[Point]:
     names = frame.function_names
     pairs = frame.rank_function_summary()
@@ -153,7 +185,13 @@ def _rank_function_points(
                 Point(
                     "recorder_rank_function",
                     {**tags, "rank": str(rank), "function": name},
-                    {"count": int(count), "total_time_seconds": float(rank_times.get(name, 0.0))},
+                    {
+                        "count": int(count),
+                        "total_time_seconds": untimed.unless(
+                            (rank, name) in untimed.rank_functions,
+                            float(rank_times.get(name, 0.0)),
+                        ),
+                    },
                     time_ns,
                 )
             )

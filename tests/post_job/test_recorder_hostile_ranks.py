@@ -165,3 +165,50 @@ def test_the_rank_count_recorder_ts_is_read_with_adds_up_or_is_the_announced_one
     words = [int.from_bytes(data[8 * i : 8 * i + 8], "little") for i in range(len(data) // 8)]
     adds_up = [n for n in range(1, len(words) + 1) if 8 * n + sum(words[:n]) == len(data)]
     assert held == (announced if announced in adds_up or not adds_up else adds_up[0])
+
+
+def test_time_fields_that_would_sum_calls_without_timestamps_are_left_out(tmp_path: Path) -> None:
+    """recorder.ts cut after rank 0's timestamps: rank 1's calls have no times. A time field
+    that sums any of them is left out (a smaller sum, 0 for rank 1, would look complete);
+    rank 0's own figures are kept. (Unknown is NaN in a point, which line protocol leaves
+    out.)"""
+
+    def known(fields: dict) -> dict:
+        return {name: value for name, value in fields.items() if value == value}
+
+    source = PER_RANK_TRACES[1]
+    good = collect_recorder([source], JOB, per_rank_functions=True)
+    trace = copy_trace(source, tmp_path / source.name)
+    data = (trace / "recorder.ts").read_bytes()
+    first = struct.unpack_from("<Q", data)[0]
+    (trace / "recorder.ts").write_bytes(data[: 16 + first])  # two sizes, rank 0's blob
+
+    out = collect_recorder([trace], JOB, per_rank_functions=True)
+    assert any("rank 1 timestamps truncated" in error for error in out.errors)
+    ranks, good_ranks = _points(out.points, "recorder_rank"), _points(good.points, "recorder_rank")
+    assert known(ranks["0"]) == good_ranks["0"]
+    assert known(ranks["1"]) == {
+        k: v for k, v in good_ranks["1"].items() if k != "function_time_seconds"
+    }
+    assert "function_time_seconds" not in known(_points(out.points, "recorder_trace")[""])
+    by_rank = {
+        (p.tags["rank"], p.tags["function"]): known(p.fields)
+        for p in out.points
+        if p.measurement == "recorder_rank_function"
+    }
+    assert by_rank and all(
+        ("total_time_seconds" in f) == (r == "0") for (r, _), f in by_rank.items()
+    )
+    called_by_1 = {name for rank, name in by_rank if rank == "1"}
+    functions = {
+        p.tags["function"]: known(p.fields)
+        for p in out.points
+        if p.measurement == "recorder_function"
+    }
+    assert called_by_1 and all(
+        ("total_time_seconds" in fields) == (name not in called_by_1)
+        for name, fields in functions.items()
+    )
+    files = [known(p.fields) for p in out.points if p.measurement == "recorder_file"]
+    assert any("time_seconds" in f for f in files) and not all("time_seconds" in f for f in files)
+    assert "nan" not in to_lines(out.points)
