@@ -378,15 +378,17 @@ def input_problem(path: Path, roots: Sequence[str], uid: int) -> str | None:
     """Why an input must not be read (as the reading user, in the child), or None."""
     try:
         real = Path(os.path.realpath(path))
-        real_roots, moved = [], []
-        for root in roots:
+        real_roots, unusable = [], []
+        for root in roots:  # one that cannot be resolved costs only the inputs under it
             try:
                 real_roots.append(resolved_root(root))
             except _UntrustedLink as exc:
-                moved.append(str(exc))
+                unusable.append(str(exc))
+            except OSError as exc:
+                unusable.append(f"{root} cannot be resolved: {exc.strerror or exc}")
         if roots and not any(real == r or r in real.parents for r in real_roots):
-            if moved:
-                return f"the configured directory {moved[0]}"
+            if unusable:
+                return f"the configured directory {unusable[0]}"
             return "a symbolic link leading out of the configured directories"
         info = os.stat(real)
     except OSError as exc:

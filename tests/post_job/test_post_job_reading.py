@@ -161,6 +161,16 @@ def test_a_configured_directory_its_user_turned_into_a_link_is_not_followed(tmp_
     (jobs / "124").mkdir()  # the same pattern for a job whose directory is a directory
     (jobs / "124" / "log").write_text("data")
     assert input_problem(jobs / "124" / "log", [f"{link}/", f"{jobs}/124/"], os.geteuid()) is None
+    # a directory of another pattern that cannot be resolved (the user put a file where it
+    # would be) costs only what would be under it, not the inputs of the other patterns
+    (jobs / "125").write_text("a file")
+    assert (
+        input_problem(jobs / "124" / "log", [f"{jobs}/125/sub/", f"{jobs}/124/"], os.geteuid())
+        is None
+    )
+    assert input_problem(jobs / "124" / "log", [f"{jobs}/125/sub/"], os.geteuid()) == (
+        f"the configured directory {jobs}/125/sub/ cannot be resolved: Not a directory"
+    )
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the links must be root's")
