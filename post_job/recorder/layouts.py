@@ -42,10 +42,12 @@ def read_layout_25_30(path: Path, version: str) -> RecorderTrace:
         cst_path = path / "recorder.cst"
         signatures = parse_cst(read_blocks(cst_path, 1)[0], cst_path, func_id_size, meta)
         grammars = _interprocess_grammars(path, nprocs, errors)
+        written = list(grammars)
     else:
         signatures = {}
         grammars = {}
-        for rank in present_ranks(path, nprocs, errors):
+        written = present_ranks(path, nprocs, errors)
+        for rank in written:
             cst_path, cfg_path = path / f"{rank}.cst", path / f"{rank}.cfg"
             try:
                 rank_sigs = parse_cst(read_blocks(cst_path, 1)[0], cst_path, func_id_size, meta)
@@ -55,7 +57,9 @@ def read_layout_25_30(path: Path, version: str) -> RecorderTrace:
                 continue
             grammars[rank] = merge_rank_table(signatures, rank_sigs, grammars[rank])
 
-    deltas = _read_timestamps_25_30(path / "recorder.ts", nprocs, meta.ts_compression, errors)
+    deltas = _read_timestamps_25_30(
+        path / "recorder.ts", nprocs, max(written, default=-1) + 1, meta.ts_compression, errors
+    )
     ranks = []
     for rank in sorted(grammars):
         trace = decode_rank(rank, grammars[rank], deltas.get(rank), signatures, meta, path, errors)
@@ -127,15 +131,16 @@ def _interprocess_grammars(path: Path, nprocs: int, errors: list[str]) -> dict[i
 
 
 def _read_timestamps_25_30(
-    ts_path: Path, nprocs: int, compressed: bool, errors: list[str]
+    ts_path: Path, nprocs: int, least: int, compressed: bool, errors: list[str]
 ) -> dict[int, np.ndarray]:
-    """recorder.ts = u64 size per rank, then each rank's blob (zlib blocks or raw u32)."""
+    """recorder.ts = u64 size per rank, then each rank's blob (zlib blocks or raw u32);
+    ``least``: the ranks the trace has files or grammars for (see ``_timestamp_ranks``)."""
     try:
         data = read_regular_file(ts_path)
     except SourceError as exc:
         errors.append(f"{exc}; no timestamps")
         return {}
-    held = _timestamp_ranks(data, nprocs)
+    held = _timestamp_ranks(data, nprocs, least)
     if held != nprocs:
         errors.append(
             f"{ts_path}: holds the timestamps of {held} ranks where recorder.mt announces "
@@ -163,11 +168,13 @@ def _read_timestamps_25_30(
     return out
 
 
-def _timestamp_ranks(data: bytes, announced: int) -> int:
+def _timestamp_ranks(data: bytes, announced: int, least: int = 1) -> int:
     """How many ranks recorder.ts holds: one u64 size per rank, then the ranks' blobs, which
     fill the file to its end. The announced count when the file adds up with it, else the
-    one count it adds up with (a recorder.mt whose count was altered would otherwise cost
-    every rank its times), else the announced count (a truncated file: each rank says so)."""
+    one count of at least ``least`` ranks (those the trace has other files for) it adds up
+    with (a recorder.mt whose count was altered would otherwise cost every rank its times),
+    else the announced count (a truncated file: each rank says so; one cut where it adds up
+    for fewer ranks than the trace holds is still read as truncated)."""
     count = min(len(data) // 8, MAX_RANKS)
     if count == 0:
         return announced
@@ -178,7 +185,7 @@ def _timestamp_ranks(data: bytes, announced: int) -> int:
     if announced <= count and ends[announced - 1] == len(data):
         return announced
     fits = np.flatnonzero(ends == len(data))  # ends only grow: one at most
-    return int(fits[0]) + 1 if fits.size else announced
+    return int(fits[0]) + 1 if fits.size and fits[0] + 1 >= least else announced
 
 
 def _timestamp_words(blob: bytes, compressed: bool, ts_path: Path) -> np.ndarray:

@@ -154,17 +154,37 @@ def test_read_ranks_without_any_call_all_keep_zero_rows() -> None:
     sizes=st.lists(st.integers(0, 2**64 - 1) | st.integers(0, 40), max_size=12),
     tail=st.binary(max_size=200),
     announced=st.integers(1, MAX_RANKS),
+    least=st.integers(0, 14),
 )
 def test_the_rank_count_recorder_ts_is_read_with_adds_up_or_is_the_announced_one(
-    sizes: list[int], tail: bytes, announced: int
+    sizes: list[int], tail: bytes, announced: int, least: int
 ) -> None:
     from hpcmon.post_job.recorder.layouts import _timestamp_ranks
 
     data = b"".join(size.to_bytes(8, "little") for size in sizes) + tail
-    held = _timestamp_ranks(data, announced)
+    held = _timestamp_ranks(data, announced, least)
     words = [int.from_bytes(data[8 * i : 8 * i + 8], "little") for i in range(len(data) // 8)]
     adds_up = [n for n in range(1, len(words) + 1) if 8 * n + sum(words[:n]) == len(data)]
-    assert held == (announced if announced in adds_up or not adds_up else adds_up[0])
+    if announced in adds_up or not adds_up or adds_up[0] < least:
+        assert held == announced
+    else:
+        assert held == adds_up[0]
+
+
+def test_a_recorder_ts_cut_where_it_adds_up_for_fewer_ranks_is_read_as_truncated(
+    tmp_path: Path,
+) -> None:
+    """Cut 8 bytes short of rank 0's end, a 2-rank recorder.ts adds up for 1 rank: read so,
+    rank 0's times would start at the wrong byte. The trace has files for 2 ranks, so it is
+    read as the 2 ranks announced, and says both are truncated."""
+    source = PER_RANK_TRACES[1]
+    trace = copy_trace(source, tmp_path / source.name)
+    data = (trace / "recorder.ts").read_bytes()
+    (trace / "recorder.ts").write_bytes(data[: 8 + struct.unpack_from("<Q", data)[0]])
+    out = collect_recorder([trace], JOB, per_rank_functions=True)
+    assert not any("holds the timestamps of" in error for error in out.errors)
+    for rank in (0, 1):
+        assert any(f"rank {rank} timestamps truncated" in error for error in out.errors)
 
 
 def test_time_fields_that_would_sum_calls_without_timestamps_are_left_out(tmp_path: Path) -> None:
