@@ -167,7 +167,7 @@ class DarshanData:
 class FunctionStat:
     name: str
     calls: float
-    total_time: float  # seconds
+    total_time: float  # seconds; NaN when some of its calls had no time
     self_time: float | None = None
     source: str = ""  # recorder / viztracer
 
@@ -179,7 +179,7 @@ class TracedFile:
     name: str
     accesses: float
     ranks: float
-    time: float  # seconds
+    time: float  # seconds; NaN when some of its calls had no time
 
 
 @dataclass

@@ -252,32 +252,39 @@ def _heatmaps(heatmap_rows: list[dict], bin_rows: list[dict]) -> list[HeatmapSer
 
 
 def functions_from_rows(rows: Rows) -> list[FunctionStat]:
-    out = []
+    """The traced functions, by time. A point without its time (Recorder leaves it out when
+    calls had no timestamps) makes the function's total unknown (NaN, "n/a"), not a smaller
+    figure; the function still ranks by the time that is known."""
     merged: dict[tuple[str, str], FunctionStat] = {}
+    known: dict[tuple[str, str], float] = {}
     for source, measurement, calls in (
         ("recorder", "recorder_function", "count"),
         ("viztracer", "viztracer_function", "calls"),
     ):
         for row in rows.get(measurement, []):
-            name = str(row.get("function", "?"))
-            stat = merged.setdefault((source, name), FunctionStat(name, 0.0, 0.0, None, source))
+            key = (source, str(row.get("function", "?")))
+            stat = merged.setdefault(key, FunctionStat(key[1], 0.0, 0.0, None, source))
             stat.calls += np.nan_to_num(_num(row, calls))
-            stat.total_time += np.nan_to_num(_num(row, "total_time_seconds"))
+            seconds = _num(row, "total_time_seconds")
+            stat.total_time += seconds if math.isfinite(seconds) else np.nan
+            known[key] = known.get(key, 0.0) + _finite_or_zero(seconds)
             self_time = _num(row, "self_time_seconds")
             if not np.isnan(self_time):
                 stat.self_time = (stat.self_time or 0.0) + self_time
-    out = sorted(merged.values(), key=lambda s: -s.total_time)
-    return out
+    return [merged[key] for key in sorted(merged, key=lambda key: -known[key])]
 
 
 def traced_files_from_rows(rows: Rows) -> list[TracedFile]:
+    """Recorder's traced files, by accesses; a time left out of a point makes the file's
+    time unknown (see ``functions_from_rows``)."""
     merged: dict[str, TracedFile] = {}
     for row in rows.get("recorder_file", []):
         name = str(row.get("file", "?"))
         item = merged.setdefault(name, TracedFile(name, 0.0, 0.0, 0.0))
         item.accesses += _finite([_num(row, "accesses")])
         item.ranks = max(item.ranks, _finite([_num(row, "ranks")]))
-        item.time += _finite([_num(row, "time_seconds")])
+        seconds = _num(row, "time_seconds")
+        item.time += seconds if math.isfinite(seconds) else np.nan
     return sorted(merged.values(), key=lambda f: -f.accesses)
 
 

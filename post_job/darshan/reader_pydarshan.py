@@ -7,7 +7,8 @@ darshan-util can crash (segfault, assert) on damaged logs, so ``read_darshan_log
 reads them in a forked child. One child serves all the logs of a call in turn and hands each
 back as a few whole arrays (one matrix per module, one per heatmap), which cost little to
 send; it reads the next logs while the caller works on the ones it handed back, and is
-replaced after any log that crashed it, made darshan-util complain or failed.
+replaced after any log that crashed it, made darshan-util complain or failed in darshan-util
+(a file refused before darshan-util sees it, e.g. empty, leaves it in use).
 """
 
 from __future__ import annotations

@@ -331,3 +331,35 @@ def test_unknown_job_is_one_line_and_exit_2(influxdb1, tmp_path: Path) -> None:
     )
     assert nothing.returncode == 2 and len(nothing.stderr.splitlines()) == 1
     assert "no data for job 5 in no source (give --influx.v1-url" in nothing.stderr
+
+
+def test_a_recorder_time_left_out_of_the_points_is_shown_unknown_not_zero(tmp_path) -> None:
+    """recorder.ts cut after rank 0's times: the points leave out every time that would sum
+    rank 1's calls; the report says n/a there (a 0 s would look complete), not for the rest."""
+    import struct
+
+    from hpcmon.post_job.recorder import collect_recorder
+    from hpcmon.report.records import traced_files_from_rows
+    from tests.post_job.test_recorder_reader import DATA, copy_trace
+
+    trace = copy_trace(DATA / "v3.0.0/tiny_mpi_np2_noipc_tid", tmp_path / "trace")
+    data = (trace / "recorder.ts").read_bytes()
+    (trace / "recorder.ts").write_bytes(data[: 16 + struct.unpack_from("<Q", data)[0]])
+    out = collect_recorder([trace], JobContext("42"), per_rank_functions=True)
+    rows = rows_from_points(out.points)
+    job = JobData("42", functions=functions_from_rows(rows))
+    job.traced_files = traced_files_from_rows(rows)
+    document = json.loads(render(job, build(job), "json"))
+    jsonschema.validate(document, SCHEMA)
+    untimed = {
+        p.tags["function"]
+        for p in out.points
+        if p.measurement == "recorder_rank_function" and p.tags["rank"] == "1"
+    }
+    functions = document["top_functions"]
+    assert untimed and functions
+    for function in functions:
+        assert (function["total_seconds"] is None) == (function["function"] in untimed)
+    times = [f["time_seconds"] for f in document["recorder_files"]]
+    assert None in times and any(t is not None for t in times)
+    assert "n/a" in render(job, build(job), "text")
