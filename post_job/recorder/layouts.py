@@ -42,7 +42,7 @@ def read_layout_25_30(path: Path, version: str) -> RecorderTrace:
         cst_path = path / "recorder.cst"
         signatures = parse_cst(read_blocks(cst_path, 1)[0], cst_path, func_id_size, meta)
         grammars = _interprocess_grammars(path, nprocs, errors)
-        written = list(grammars)
+        written = list(range(nprocs))  # ug.mt held a grammar id for each (checked there)
     else:
         signatures = {}
         grammars = {}

@@ -232,3 +232,17 @@ def test_time_fields_that_would_sum_calls_without_timestamps_are_left_out(tmp_pa
     files = [known(p.fields) for p in out.points if p.measurement == "recorder_file"]
     assert any("time_seconds" in f for f in files) and not all("time_seconds" in f for f in files)
     assert "nan" not in to_lines(out.points)
+
+
+def test_an_ipc_recorder_ts_cut_where_it_adds_up_for_fewer_ranks_is_read_as_truncated(
+    tmp_path: Path,
+) -> None:
+    """The same cut in the interprocess layout, with rank 1's grammar id out of range: ug.mt
+    still lists 2 ranks, so recorder.ts is read as 2 ranks, not as the 1 it adds up for."""
+    trace = copy_trace(DATA / "v3.0.0/tiny_mpi_np2_ipc", tmp_path / "ipc")
+    _bad_grammar_id(trace)
+    data = (trace / "recorder.ts").read_bytes()
+    (trace / "recorder.ts").write_bytes(data[: 8 + struct.unpack_from("<Q", data)[0]])
+    out = collect_recorder([trace], JOB, per_rank_functions=True)
+    assert not any("holds the timestamps of" in error for error in out.errors)
+    assert any("rank 0 timestamps truncated" in error for error in out.errors)
