@@ -383,12 +383,14 @@ def input_problem(path: Path, roots: Sequence[str], uid: int) -> str | None:
             try:
                 real_roots.append(resolved_root(root))
             except _UntrustedLink as exc:
-                unusable.append(str(exc))
+                unusable.append((root, str(exc)))
             except OSError as exc:
-                unusable.append(f"{root} cannot be resolved: {exc.strerror or exc}")
+                unusable.append((root, f"{root} cannot be resolved: {exc.strerror or exc}"))
         if roots and not any(real == r or r in real.parents for r in real_roots):
-            if unusable:
-                return f"the configured directory {unusable[0]}"
+            named = Path(os.path.abspath(path))  # where the pattern found it
+            for root, reason in unusable:
+                if Path(os.path.abspath(root)) in (named, *named.parents):
+                    return f"the configured directory {reason}"
             return "a symbolic link leading out of the configured directories"
         info = os.stat(real)
     except OSError as exc:

@@ -168,8 +168,12 @@ def test_a_configured_directory_its_user_turned_into_a_link_is_not_followed(tmp_
         input_problem(jobs / "124" / "log", [f"{jobs}/125/sub/", f"{jobs}/124/"], os.geteuid())
         is None
     )
-    assert input_problem(jobs / "124" / "log", [f"{jobs}/125/sub/"], os.geteuid()) == (
+    assert input_problem(jobs / "125" / "sub" / "log", [f"{jobs}/125/sub/"], os.geteuid()) == (
         f"the configured directory {jobs}/125/sub/ cannot be resolved: Not a directory"
+    )
+    (jobs / "124" / "out").symlink_to(elsewhere / "secret")  # refused for what it is
+    assert input_problem(jobs / "124" / "out", [f"{jobs}/125/sub/", f"{jobs}/124/"], 0) == (
+        "a symbolic link leading out of the configured directories"
     )
 
 
