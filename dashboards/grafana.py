@@ -299,6 +299,14 @@ def state_timeline(spec: PanelSpec, value_text: dict[str, str]) -> core.Panel:
     )
 
 
+def field_override(name: str, *properties: tuple[str, Any]) -> dict[str, Any]:
+    """Field config of the field (a table column) named ``name``: (property id, value)."""
+    return {
+        "matcher": {"id": "byName", "options": name},
+        "properties": [{"id": key, "value": value} for key, value in properties],
+    }
+
+
 def dashboard_link(title: str, uid: str, query: str) -> core.DashboardLink:
     """A link to another generated dashboard that keeps the time range."""
     return core.DashboardLink(

@@ -16,6 +16,7 @@ from . import promql
 from .config import Config
 from .grafana import INFLUXDB, PROMETHEUS, PanelSpec, Query
 from .history import add_application_row, application_variables
+from .slurm import slurm_table
 from .uids import JOB_UID, OVERVIEW_UID
 from .variables import cluster_matcher, job_variables
 
@@ -47,6 +48,19 @@ def _table(spec: PanelSpec, units: dict[str, str]) -> core.Panel:
 def build(config: Config) -> core.Dashboard:
     job = influx_job_filter(config)
     layout = g.Layout()
+
+    layout.row("Slurm")
+    layout.add(
+        slurm_table(
+            "Slurm: the job",
+            job,
+            "Slurm's view of the job (its slurm_job point, whatever the time range): job name,"
+            " user, account, partition, nodes, exit code and signal, start, end, elapsed.",
+            rows=1,
+        ),
+        width=24,
+        height=4,
+    )
 
     layout.row("Darshan")
     layout.add(

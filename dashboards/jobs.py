@@ -1,13 +1,11 @@
-"""Finished jobs by I/O score: the post-job hook's ``job_diagnosis`` points (InfluxDB) over the
-time range, worst first, each job linking to its drill-down (as LLview's job list does).
+"""Finished jobs: every job Slurm ended (the epilog hook's ``slurm_job`` points), the failed
+ones, and the post-job hook's ``job_diagnosis`` points (InfluxDB) over the time range by I/O
+score, worst first; each job links to its drill-down (as LLview's job list does).
 
-A job's diagnosis point carries its Darshan start time, so the time range selects jobs by when
-they started.
+Both points carry the job's start time, so the time range selects jobs by when they started.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from grafanalib import core
 
@@ -15,6 +13,8 @@ from . import grafana as g
 from .config import Config
 from .grafana import INFLUXDB, PanelSpec, Query
 from .overview import job_link
+from .slurm import FAILED, count_stat, slurm_table
+from .slurm import LISTED as LISTED_SLURM
 from .uids import JOB_UID, JOBS_UID, OVERVIEW_UID
 from .variables import datasource_variable
 
@@ -55,13 +55,6 @@ def _spec(title: str, unit: str, query: str, description: str, legend: str = "")
     return PanelSpec(INFLUXDB, title, unit, [Query(query, legend)], description=description)
 
 
-def _override(name: str, *properties: tuple[str, Any]) -> dict[str, Any]:
-    return {
-        "matcher": {"id": "byName", "options": name},
-        "properties": [{"id": key, "value": value} for key, value in properties],
-    }
-
-
 def job_table(config: Config) -> core.Panel:
     fields = ", ".join(f'"{name}"' for name, _ in COLUMNS[1:])
     spec = _spec(
@@ -81,9 +74,9 @@ def job_table(config: Config) -> core.Panel:
     }
     panel = g.table(spec, sort_by="score", transformations=[organize])
     overrides = panel.extraJson["fieldConfig"]["overrides"]
-    overrides += [_override(name, ("unit", unit)) for name, unit in COLUMNS if unit != "none"]
+    overrides += [g.field_override(name, ("unit", u)) for name, u in COLUMNS if u != "none"]
     overrides.append(
-        _override(
+        g.field_override(
             "score",
             ("custom.cellOptions", {"type": "color-background"}),
             ("color", {"mode": "thresholds"}),
@@ -95,6 +88,24 @@ def job_table(config: Config) -> core.Panel:
 
 def build(config: Config) -> core.Dashboard:
     layout = g.Layout()
+    layout.add(
+        count_stat(
+            "Finished jobs (Slurm)",
+            _where(config),
+            "Jobs that Slurm ended and that started in the time range (one slurm_job point"
+            " each, written by the epilog hook with or without any I/O log).",
+        ),
+        width=6,
+    )
+    layout.add(
+        count_stat(
+            "Failed jobs (Slurm)",
+            _where(config, FAILED),
+            "Finished jobs with a non-zero exit code or ended by a signal (failed, cancelled,"
+            " timed out, out of memory).",
+        ),
+        width=6,
+    )
     layout.add(
         g.stat(
             _spec(
@@ -134,12 +145,34 @@ def build(config: Config) -> core.Dashboard:
         ),
         width=12,
     )
+    layout.add(
+        slurm_table(
+            "Failed jobs",
+            _where(config, FAILED),
+            "Jobs of the time range that exited non-zero or were killed by a signal, newest"
+            " first. A job id opens its drill-down.",
+        ),
+        width=24,
+        height=8,
+    )
+    layout.add(
+        slurm_table(
+            "Finished jobs",
+            _where(config),
+            f"The {LISTED_SLURM} newest jobs that started in the time range, as Slurm saw them:"
+            " partition, nodes, exit code and signal, job name (the user's text), user,"
+            " account, start, end, elapsed. A job id opens its drill-down.",
+        ),
+        width=24,
+        height=12,
+    )
     layout.add(job_table(config), width=24, height=16)
     return core.Dashboard(
-        title="hpcmon: finished jobs by I/O score",
+        title="hpcmon: finished jobs",
         uid=JOBS_UID,
-        description="The post-job hook's diagnosis of every finished job (job_diagnosis).",
-        tags=["hpcmon", "job", "diagnosis"],
+        description="Every job Slurm ended (slurm_job), the failed ones, and the post-job"
+        " hook's diagnosis of every finished job (job_diagnosis).",
+        tags=["hpcmon", "job", "diagnosis", "slurm"],
         timezone="browser",
         schemaVersion=g.SCHEMA_VERSION,
         time=core.Time("now-7d", "now"),

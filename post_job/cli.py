@@ -170,8 +170,30 @@ def build_parser() -> _Parser:
 
 def build_flush_parser() -> _Parser:
     parser = _Parser(prog=f"{PROG} flush", description="Replay spooled batches, oldest first.")
+    parser.add_argument(
+        "--config",
+        metavar="FILE.yaml",
+        help="the epilog's config: its spool_dir, writers, credentials and time limit "
+        "(instead of the flags below)",
+    )
     add_writer_arguments(parser)
     return parser
+
+
+def _flush_settings_from_config(path: str) -> tuple[WriterSettings, float]:
+    """``flush --config``: the epilog's own spool, writers and credentials (UsageError)."""
+    from hpcmon.common.config import ConfigError
+    from hpcmon.post_job.epilog import load_config
+    from hpcmon.post_job.epilog import writer_settings as epilog_writer_settings
+
+    try:
+        config = load_config(path)
+        settings = epilog_writer_settings(config, None, os.environ)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from exc
+    if not config.spool_dir:
+        raise UsageError(f"{path}: no spool_dir: nothing to replay")
+    return settings, config.time_limit
 
 
 def writer_settings(
@@ -279,21 +301,30 @@ def _flags_given(
 
 
 def main_flush(argv: Sequence[str]) -> int:
-    options = build_flush_parser().parse_args(argv)
+    parser = build_flush_parser()
+    options = parser.parse_args(argv)
     configure_logging(options.log_level)
-    if not options.spool_dir:
-        return _usage_error("flush needs --spool-dir")
-    if options.output:
-        return _usage_error("flush replays the spool to servers; --output does not go with it")
+    time_limit = options.time_limit
     try:
-        settings = writer_settings(options)
+        if options.config:
+            others = _flags_given(parser, options, {"config", "log_level", "help"})
+            if others:
+                raise UsageError(f"--config gives the writers; not {' '.join(others)} too")
+            settings, time_limit = _flush_settings_from_config(options.config)
+        elif not options.spool_dir:
+            raise UsageError("flush needs --spool-dir (or --config FILE.yaml)")
+        elif options.output:
+            raise UsageError("flush replays the spool to servers; --output does not go with it")
+        else:
+            settings = writer_settings(options)
     except UsageError as exc:
         return _usage_error(str(exc))
-    if not Path(options.spool_dir).is_dir():
-        log.warning("flush: %s does not exist: nothing to replay", options.spool_dir)
-    with stop_on_sigterm(EXIT_PROBLEMS), Watchdog(options.time_limit, exit_code=EXIT_PROBLEMS):
+    assert settings.spool_dir
+    if not Path(settings.spool_dir).is_dir():
+        log.warning("flush: %s does not exist: nothing to replay", settings.spool_dir)
+    with stop_on_sigterm(EXIT_PROBLEMS), Watchdog(time_limit, exit_code=EXIT_PROBLEMS):
         try:
-            reports = flush(settings, sending_deadline(options.time_limit))
+            reports = flush(settings, sending_deadline(time_limit))
         except Exception as exc:  # noqa: BLE001 - a bug must still end in one clear line
             if missing_package(exc):
                 raise  # the extra is not installed: hpcmon.entry names it

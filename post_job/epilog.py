@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from hpcmon.common.config import ConfigError
-from hpcmon.post_job.app import epilog_app
+from hpcmon.post_job.app import JOB_NAME, epilog_app
 from hpcmon.post_job.delivery import WriterSettings
 from hpcmon.post_job.epilog_config import (
+    SCOPES,
     SOURCE_INPUTS,
     EpilogConfig,
     load_config,
@@ -38,7 +39,15 @@ from hpcmon.post_job.patterns import (
     pattern_root,
 )
 from hpcmon.post_job.reading import ReadPolicy, default_memory_limit_mib, job_policy
-from hpcmon.post_job.slurm import SlurmEnvironmentError, SlurmJob, slurm_job
+from hpcmon.post_job.slurm import (
+    SlurmEnvironmentError,
+    SlurmJob,
+    reads_job_inputs,
+    slurm_job,
+    slurm_node,
+)
+from hpcmon.post_job.slurm_controller import ask_controller
+from hpcmon.post_job.slurm_points import slurm_job_point
 from hpcmon.post_job.sources import SourceRequest
 
 __all__ = ["load_config", "run_epilog", "source_requests", "writer_settings"]
@@ -47,11 +56,18 @@ log = logging.getLogger("hpcmon.post_job.epilog")
 
 
 def source_requests(
-    config: EpilogConfig, job: SlurmJob, now: float | None = None
+    config: EpilogConfig,
+    job: SlurmJob,
+    now: float | None = None,
+    scopes: Collection[str] = SCOPES,
 ) -> list[SourceRequest]:
+    """The requests of the configured sources whose ``scope`` is in ``scopes`` (a node that
+    is not the job's first reads only the ``node`` ones) and whose patterns match files."""
     requests: list[SourceRequest] = []
     days = job_days(job, now, config.search_days)
     for source in config.sources:
+        if source.scope not in scopes:
+            continue
         inputs = {
             key: find_files(patterns, job, config.cluster, source.logdir, days)
             for key, patterns in source.patterns.items()
@@ -83,12 +99,14 @@ def source_requests(
 
 
 def writer_settings(
-    config: EpilogConfig, job: SlurmJob, environ: Mapping[str, str]
+    config: EpilogConfig, job: SlurmJob | None, environ: Mapping[str, str]
 ) -> WriterSettings:
+    """The config's writers; without a job (``flush --config``) no output file."""
     writers = config.writers
     v1, v2 = writers.get("influx_v1", {}), writers.get("influx_v2", {})
+    output = writers.get("output") if job is not None else None
     settings = WriterSettings(
-        output=output_path(writers["output"], job, config.cluster) if "output" in writers else None,
+        output=output_path(output, job, config.cluster) if output and job else None,
         v2_url=v2.get("url"),
         v2_org=v2.get("org"),
         v2_bucket=v2.get("bucket"),
@@ -163,10 +181,36 @@ def _run(config: EpilogConfig, env: Mapping[str, str], now: float | None, failur
     except ValueError as exc:
         log.error("job=%s %s; no input read", job.job_id, exc)
         return failure
-    requests = source_requests(config, job, now)
+    job_wide = reads_job_inputs(slurm_node(env))
+    if not job_wide and not any(s.scope == "node" for s in config.sources):
+        log.debug("job=%s another node reads the job's inputs; nothing to do here", job.job_id)
+        return 0
+    if job_wide or _needs_controller(config, job):
+        job = job.completed_by(
+            ask_controller(job.job_id, config.slurm.squeue, config.slurm.timeout, env)
+        )
+    requests = source_requests(config, job, now, SCOPES if job_wide else ("node",))
+    if not job_wide and not requests:
+        return 0
     context = JobContext(job.job_id, config.cluster, job.user, epilog_app(config.app, job))
-    report = run_job(context, requests, settings, deadline, policy)
+    record = [slurm_job_point(job, context)] if job_wide else []
+    report = run_job(context, requests, settings, deadline, policy, record)
     log.info("job=%s done: points=%d problems=%d", job.job_id, report.points, len(report.problems))
-    if config.report is not None:
+    if config.report is not None and job_wide:
         write_job_report(config, job, settings, report, deadline)
     return failure if report.problems else 0
+
+
+def _needs_controller(config: EpilogConfig, job: SlurmJob) -> bool:
+    """Whether a node that reads only node-local inputs must ask slurmctld anyway: for the job
+    name of ``app: "{job_name}"``, or for the job's days when a node pattern is dated. The
+    job's first node always asks (the job's record needs what only slurmctld knows)."""
+    dated = any(
+        "{year" in pattern or "{month" in pattern or "{day" in pattern
+        for source in config.sources
+        if source.scope == "node"
+        for patterns in source.patterns.values()
+        for pattern in patterns
+    )
+    needs_name = config.app is not None and JOB_NAME in config.app and job.job_name is None
+    return needs_name or (dated and job.start is None and job.end is None)

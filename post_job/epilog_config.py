@@ -28,6 +28,11 @@ SOURCE_INPUTS: dict[str, tuple[str, ...]] = {
     "viztracer": ("traces",),
     "geopm_report": ("reports",),
 }
+# Where a source's inputs live, which decides which of a job's nodes reads them: "job" inputs
+# (on the shared file system: Darshan, Recorder, VizTracer) are read once per job, by the
+# job's first node; "node" inputs (a GEOPM report under /var/log) on every node of the job.
+SCOPES = ("job", "node")
+DEFAULT_SCOPE = {"darshan": "job", "recorder": "job", "viztracer": "job", "geopm_report": "node"}
 # source -> {config key: contract keyword} of the output file options (patterns); the typed
 # options come from the registry (post_job/options.py)
 _SOURCE_PATHS: dict[str, dict[str, str]] = {
@@ -48,7 +53,9 @@ _TOP_KEYS = {
     "writers",
     "sources",
     "report",
+    "slurm",
 }
+_SLURM_KEYS = {"squeue", "timeout_seconds"}
 _REPORT_KEYS = {"dir", "format", "prometheus_url"}
 REPORT_FORMATS = {"html": "html", "json": "json", "text": "txt"}  # format -> file suffix
 _WRITER_KEYS = {"output", "influx_v2", "influx_v1", "batch_size", "request_timeout_seconds"}
@@ -60,6 +67,15 @@ class SourceConfig:
     patterns: dict[str, list[str]]  # input key -> glob patterns
     options: dict[str, Any]  # contract keyword -> value (paths still patterns)
     logdir: str | None = None
+    scope: str = "job"  # SCOPES: read on the job's first node, or on every node
+
+
+@dataclass(frozen=True)
+class SlurmQueryConfig:
+    """The one question to slurmctld about the finished job (slurm_controller.py)."""
+
+    squeue: str = "squeue"
+    timeout: float = option("slurm", "timeout_seconds").config_default()
 
 
 @dataclass
@@ -74,7 +90,8 @@ class EpilogConfig:
     writers: dict[str, Any] = field(default_factory=dict)
     sources: list[SourceConfig] = field(default_factory=list)
     report: ReportConfig | None = None
-    app: str | None = None  # the app tag; "{job_name}" is SLURM_JOB_NAME (post_job/app.py)
+    app: str | None = None  # the app tag; "{job_name}" is the Slurm job name (post_job/app.py)
+    slurm: SlurmQueryConfig = field(default_factory=SlurmQueryConfig)
 
 
 @dataclass(frozen=True)
@@ -162,6 +179,8 @@ def parse_config(data: Mapping[str, Any], path: Path | str = "config") -> Epilog
     if not servers and "output" not in config.writers:
         # standard output would end in the epilog's log (or nowhere): refuse instead
         raise ConfigError(f"{_where(path, 'writers')}: give output, influx_v2 or influx_v1")
+    if data.get("slurm") is not None:
+        config.slurm = _parse_slurm(_mapping(data["slurm"], _where(path, "slurm")), path)
     if "report" in data:
         config.report = _parse_report(_mapping(data["report"], _where(path, "report")), path)
         if not servers:
@@ -169,6 +188,18 @@ def parse_config(data: Mapping[str, Any], path: Path | str = "config") -> Epilog
     if config.spool_dir and not servers:
         raise ConfigError(f"{_where(path, 'spool_dir')} needs writers.influx_v2 or influx_v1")
     return config
+
+
+def _parse_slurm(data: Mapping[str, Any], path: Path | str) -> SlurmQueryConfig:
+    _check_keys(data, _SLURM_KEYS, _where(path, "slurm"))
+    query = SlurmQueryConfig()
+    if data.get("squeue") is not None:
+        query = SlurmQueryConfig(_text(data["squeue"], _where(path, "slurm.squeue")))
+    if "timeout_seconds" in data:
+        item = option("slurm", "timeout_seconds")
+        timeout = item.from_config(data["timeout_seconds"], _where(path, "slurm.timeout_seconds"))
+        query = SlurmQueryConfig(query.squeue, timeout)
+    return query
 
 
 def _parse_report(data: Mapping[str, Any], path: Path | str) -> ReportConfig:
@@ -227,9 +258,17 @@ def _parse_writers(data: Mapping[str, Any], path: Path | str) -> dict[str, Any]:
 def _parse_source(name: str, data: Mapping[str, Any], path: Path | str) -> SourceConfig:
     where = _where(path, f"sources.{name}")
     inputs, paths, typed = SOURCE_INPUTS[name], _SOURCE_PATHS[name], source_options(name)
-    allowed = set(inputs) | set(paths) | set(typed) | ({"logdir"} if name == "darshan" else set())
+    allowed = set(inputs) | set(paths) | set(typed) | {"scope"}
+    allowed |= {"logdir"} if name == "darshan" else set()
     _check_keys(data, allowed, where)
-    source = SourceConfig(name, {}, {})
+    source = SourceConfig(name, {}, {}, scope=DEFAULT_SCOPE[name])
+    if data.get("scope") is not None:
+        if data["scope"] not in SCOPES:
+            raise ConfigError(
+                f"{where}.scope must be 'job' (shared file system: read by the job's first "
+                "node) or 'node' (node-local files: read on every node)"
+            )
+        source.scope = data["scope"]
     if name == "darshan" and data.get("logdir") is not None:
         source.logdir = _text(data["logdir"], f"{where}.logdir")
         if data.get("logs") is None:

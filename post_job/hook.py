@@ -18,6 +18,7 @@ from hpcmon.post_job.delivery import DestinationReport, WriterSettings, ship
 from hpcmon.post_job.lifetime import GUARD
 from hpcmon.post_job.lines import points_to_lines
 from hpcmon.post_job.model import JobContext
+from hpcmon.post_job.points import Point
 from hpcmon.post_job.reading import ReadPolicy, collect_isolated
 from hpcmon.post_job.sources import SourceRequest, collect
 from hpcmon.post_job.writers import Deadline
@@ -46,12 +47,14 @@ def run_job(
     settings: WriterSettings,
     deadline: Deadline,
     policy: ReadPolicy | None = None,
+    record: Sequence[Point] = (),
 ) -> RunReport:
     """``policy``: read the inputs in bounded children (reading.py), as the commands do;
-    None reads them in this process (library use)."""
+    None reads them in this process (library use). ``record``: points about the job that no
+    source reads (Slurm's view of it), tagged like the sources' points."""
     GUARD.note = "nothing of this run is spooled yet"
     output = collect(requests, job) if policy is None else collect_isolated(requests, job, policy)
-    output.points = identify(output.points, job)
+    output.points = identify([*output.points, *record], job)
     lines, encode_problems = points_to_lines(output.points)
     report = RunReport(
         points=len(output.points), lines=len(lines), source_errors=output.errors + encode_problems

@@ -8,6 +8,7 @@ import contextlib
 import errno
 import logging
 import os
+import pwd
 import secrets
 import stat
 from pathlib import Path
@@ -29,13 +30,15 @@ class ReportDirError(Exception):
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def open_report_dir(directory: Path) -> int:
+def open_report_dir(directory: Path, group: int | None = None) -> int:
     """A descriptor of ``directory``, reached from ``/`` one component at a time without
     following a link, so a user cannot point the path (e.g. ``/scratch/{user}/...``)
     elsewhere, nor swap a component once it is checked: the report is then written relative
     to the descriptor. The directory itself must be owned by root (or by the hook's own user
     when it does not run as root) and not writable by others; a missing component is created
-    (mode 0755) only inside such a directory (or a sticky one, like /tmp)."""
+    only inside such a directory (or a sticky one, like /tmp), owned by root with ``group``
+    (the job's) and mode 0750, else 0700: nobody outside the job's group can even list which
+    jobs have reports."""
     parts = Path(os.path.abspath(directory)).parts[1:]
     if ".." in parts:
         raise ReportDirError(f"{directory}: '..' in the path; refused")
@@ -46,7 +49,7 @@ def open_report_dir(directory: Path) -> int:
             here = here / name
             parent, fd = fd, -1
             try:
-                fd = _step(parent, name, here)
+                fd = _step(parent, name, here, group)
             finally:
                 os.close(parent)
         info = os.fstat(fd)
@@ -62,19 +65,19 @@ def open_report_dir(directory: Path) -> int:
     return fd
 
 
-def _step(parent: int, name: str, path: Path) -> int:
+def _step(parent: int, name: str, path: Path, group: int | None) -> int:
     """The next component's descriptor, created when missing."""
     try:
         return os.open(name, _DIR_FLAGS, dir_fd=parent)
     except FileNotFoundError:
-        return _create(parent, name, path)
+        return _create(parent, name, path, group)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(parent, name):
             raise ReportDirError(f"{path}: a symbolic link; refused") from None
         raise ReportDirError(f"{path}: cannot open: {exc.strerror or exc}") from None
 
 
-def _create(parent: int, name: str, path: Path) -> int:
+def _create(parent: int, name: str, path: Path, group: int | None) -> int:
     info = os.fstat(parent)
     trusted = info.st_uid in (0, os.geteuid()) and (
         not info.st_mode & stat.S_IWOTH or info.st_mode & stat.S_ISVTX
@@ -92,7 +95,15 @@ def _create(parent: int, name: str, path: Path) -> int:
     except OSError as exc:
         raise ReportDirError(f"{path}: cannot open: {exc.strerror or exc}") from None
     if os.fstat(fd).st_uid == os.geteuid():
-        os.fchmod(fd, 0o755)  # explicit: not the umask's
+        try:
+            if group is not None and os.geteuid() == 0:
+                os.fchown(fd, 0, group)
+                os.fchmod(fd, 0o750)  # explicit: not the umask's
+            else:
+                os.fchmod(fd, 0o700)
+        except OSError as exc:
+            os.close(fd)
+            raise ReportDirError(f"{path}: cannot set its owner: {exc.strerror or exc}") from None
     return fd
 
 
@@ -103,9 +114,13 @@ def _is_link(parent: int, name: str) -> bool:
         return False
 
 
-def write_in_dir(directory: int, name: str, text: str, mode: int = 0o644) -> None:
+def write_in_dir(
+    directory: int, name: str, text: str, owner: tuple[int, int] | None = None
+) -> None:
     """``name`` in the opened ``directory``, replaced atomically: a temporary file created
-    there (never through a link) and renamed over it (a link there is replaced, not followed)."""
+    there (never through a link) and renamed over it (a link there is replaced, not followed).
+    Mode 0600, given to ``owner`` (uid, gid; when running as root): only the job's user can
+    read its report, which names the job's files, sizes and paths."""
     temporary = f".{name}.{secrets.token_hex(8)}.tmp"
     flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(temporary, flags, 0o600, dir_fd=directory)
@@ -114,12 +129,26 @@ def write_in_dir(directory: int, name: str, text: str, mode: int = 0o644) -> Non
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
-            os.fchmod(handle.fileno(), mode)
+            os.fchmod(handle.fileno(), 0o600)
+            if owner is not None and os.geteuid() == 0:
+                os.fchown(handle.fileno(), *owner)
         os.replace(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temporary, dir_fd=directory)
         raise
+
+
+def job_owner(job: SlurmJob) -> tuple[int, int] | None:
+    """The job user's uid and gid (the passwd entry's group when Slurm gave none)."""
+    if job.uid is None:
+        return None
+    if job.gid is not None:
+        return int(job.uid), int(job.gid)
+    try:
+        return int(job.uid), pwd.getpwuid(int(job.uid)).pw_gid
+    except KeyError:
+        return None
 
 
 def write_job_report(
@@ -151,8 +180,9 @@ def write_job_report(
         return None
     suffix = REPORT_FORMATS[config.report.format]
     target = Path(output_path(config.report.dir, job, config.cluster)) / f"{job.job_id}.{suffix}"
+    owner = job_owner(job)
     try:
-        directory = open_report_dir(target.parent)
+        directory = open_report_dir(target.parent, owner[1] if owner else None)
     except ReportDirError as exc:
         log.warning("job=%s report not written: %s", job.job_id, exc)
         return None
@@ -174,7 +204,7 @@ def write_job_report(
             target,
             deadline=deadline.end,
             fmt=config.report.format,
-            write=lambda path, text: write_in_dir(directory, path.name, text),
+            write=lambda path, text: write_in_dir(directory, path.name, text, owner),
         )
     except Exception as exc:  # noqa: BLE001 - the points are in: a report failure is one line
         # the type only (the report is built from the job's points); details at debug level

@@ -121,6 +121,15 @@ OPTIONS: tuple[Option, ...] = (
         maximum=62,
     ),
     Option(
+        "timeout_seconds",
+        None,
+        "seconds",
+        5.0,
+        "the one question to slurmctld (squeue) about the job: at most this long",
+        maximum=60,
+        section="slurm",
+    ),
+    Option(
         "batch_size",
         "--influx.batch-size",
         "int",

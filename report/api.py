@@ -34,8 +34,10 @@ from hpcmon.report.records import (
     darshan_from_rows,
     functions_from_rows,
     geopm_from_rows,
+    slurm_from_rows,
     traced_files_from_rows,
 )
+from hpcmon.report.slurm import slurm_json
 
 SCHEMA_VERSION = 1
 JOULES_PER_KWH = 3.6e6
@@ -67,10 +69,16 @@ def collect(job_id: str, cluster: str | None, sources: Sources) -> JobData:
     else:
         job.missing.append("post-job points: no InfluxDB given")
     if rows is not None:
+        job.slurm = slurm_from_rows(rows)
         job.darshan = darshan_from_rows(rows)
         job.functions = functions_from_rows(rows)
         job.traced_files = traced_files_from_rows(rows)
         job.geopm = geopm_from_rows(rows)
+        if job.slurm is None:
+            job.missing.append(
+                f"Slurm: no slurm_job point for job {job_id} (written by an older hook, "
+                "or not run from Slurm's epilog)"
+            )
         if job.darshan is None:
             job.missing.append(f"Darshan: no darshan_job point for job {job_id}")
         if not job.functions:
@@ -92,7 +100,7 @@ def collect(job_id: str, cluster: str | None, sources: Sources) -> JobData:
     if sources.prometheus_url:
         if job.window is None:
             job.missing.append(
-                "Prometheus: no job window (no Darshan or GEOPM times; give --start/--end)"
+                "Prometheus: no job window (no Darshan, GEOPM or Slurm times; give --start/--end)"
             )
         else:
             client = PrometheusClient(sources.prometheus_url, sources.timeout)
@@ -114,10 +122,11 @@ def collect(job_id: str, cluster: str | None, sources: Sources) -> JobData:
 
 
 def has_data(job: JobData) -> bool:
-    """Whether any source had something on the job (an empty Prometheus answer is nothing)."""
+    """Whether any source had something on the job (an empty Prometheus answer is nothing;
+    Slurm's view alone is a report: the job ran, and left no I/O logs)."""
     prom = job.prometheus
     found_in_prometheus = prom is not None and bool(prom.targets or prom.power is not None)
-    return bool(job.darshan or job.functions or job.geopm or found_in_prometheus)
+    return bool(job.slurm or job.darshan or job.functions or job.geopm or found_in_prometheus)
 
 
 def searched(job: JobData, sources: Sources) -> str:
@@ -155,6 +164,9 @@ def _window(job: JobData) -> tuple[float, float] | None:
     g = job.geopm
     if g is not None and g.start is not None and g.runtime > 0:
         return g.start, g.start + g.runtime
+    s = job.slurm
+    if s is not None and s.start is not None and s.end is not None and s.end >= s.start:
+        return s.start, max(s.end, s.start + 1.0)
     return None
 
 
@@ -293,6 +305,7 @@ def build(job: JobData, sources: Sources | None = None) -> dict:
         "schema_version": SCHEMA_VERSION,
         "job_id": job.job_id,
         "cluster": job.cluster,
+        "slurm": slurm_json(job.slurm),
         "window": {"start": job.window[0], "end": job.window[1]} if job.window else None,
         "sources": {
             "darshan": d.source if d else None,

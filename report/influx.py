@@ -19,6 +19,7 @@ from pathlib import Path
 from hpcmon.report.http import ReadError, read_json
 
 MEASUREMENTS = (
+    "slurm_job",
     "darshan_job",
     "darshan_module",
     "darshan_record",

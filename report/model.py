@@ -236,11 +236,40 @@ class PrometheusData:
 
 
 @dataclass
+class SlurmView:
+    """Slurm's view of the finished job (its ``slurm_job`` point); None = Slurm did not tell."""
+
+    job_id: str
+    job_name: str | None = None  # the user's own text: shown escaped, never interpreted
+    user: str | None = None
+    account: str | None = None
+    partition: str | None = None
+    nodelist: str | None = None  # Slurm's compressed form, e.g. n[1-2]
+    num_nodes: int | None = None
+    exit_code: int | None = None
+    exit_signal: int | None = None  # 0: not ended by a signal
+    start: float | None = None  # epoch seconds
+    end: float | None = None
+
+    @property
+    def elapsed(self) -> float | None:
+        return self.end - self.start if self.start is not None and self.end is not None else None
+
+    @property
+    def failed(self) -> bool | None:
+        """A non-zero exit status or a signal (Slurm's FAILED, CANCELLED, TIMEOUT, ...)."""
+        if self.exit_code is None and self.exit_signal is None:
+            return None
+        return bool(self.exit_code or self.exit_signal)
+
+
+@dataclass
 class JobData:
     """Everything the report knows about one job, and what it could not see."""
 
     job_id: str
     cluster: str = ""
+    slurm: SlurmView | None = None  # Slurm's view: who ran it, where, how it ended
     darshan: DarshanData | None = None
     functions: list[FunctionStat] = field(default_factory=list)
     traced_files: list[TracedFile] = field(default_factory=list)  # Recorder

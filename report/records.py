@@ -16,6 +16,7 @@ from itertools import repeat
 
 import numpy as np
 
+from hpcmon.common.fields import finite_field
 from hpcmon.post_job.darshan.record import RULE_INPUTS, prefix
 from hpcmon.report.influx import MEASUREMENTS, Rows
 from hpcmon.report.model import (
@@ -26,6 +27,7 @@ from hpcmon.report.model import (
     GeopmEnergy,
     HeatmapSeries,
     ModuleTotals,
+    SlurmView,
     TracedFile,
 )
 
@@ -304,10 +306,51 @@ def geopm_from_rows(rows: Rows) -> GeopmEnergy | None:
     )
 
 
+def _text(value) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _whole(value) -> int | None:
+    """An integer field (exit code, signal, node count) as int; None for anything else (text,
+    bool, a fraction: a damaged point)."""
+    if type(value) is float and value.is_integer():
+        value = int(value)
+    return value if type(value) is int and abs(value) <= 2**31 else None
+
+
+def _epoch(row: dict, name: str) -> float | None:
+    """Epoch seconds as Slurm gives them (after 1970, before the year 5138), else None."""
+    seconds = finite_field(row, name)
+    return seconds if seconds is not None and 0 <= seconds < 1e11 else None
+
+
+def slurm_from_rows(rows: Rows) -> SlurmView | None:
+    """Slurm's view from the job's newest ``slurm_job`` point (a rerun of the hook without
+    Slurm's times stamps another one); None for a job without one (older data, by-hand runs)."""
+    found = rows.get("slurm_job", [])
+    if not found:
+        return None
+    row = max(found, key=lambda r: _int(r.get("time")))
+    return SlurmView(
+        job_id=_text(row.get("job_id")) or str(row.get("jobid", "")),
+        job_name=_text(row.get("job_name")),
+        user=_text(row.get("user")),
+        account=_text(row.get("account")),
+        partition=_text(row.get("partition")),
+        nodelist=_text(row.get("nodelist")),
+        num_nodes=_whole(row.get("num_nodes")),
+        exit_code=_whole(row.get("exit_code")),
+        exit_signal=_whole(row.get("exit_signal")),
+        start=_epoch(row, "start"),
+        end=_epoch(row, "end"),
+    )
+
+
 __all__ = [
     "FILE_COLUMNS",
     "darshan_from_rows",
     "functions_from_rows",
     "geopm_from_rows",
     "rows_from_points",
+    "slurm_from_rows",
 ]

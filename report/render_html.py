@@ -8,6 +8,7 @@ from hpcmon.report import charts
 from hpcmon.report.api import bytes_per_rank
 from hpcmon.report.model import JobData
 from hpcmon.report.render_history import history_html
+from hpcmon.report.slurm import NO_IO_LOGS, io_logs_found, slurm_rows
 from hpcmon.report.units import SUMMARY_ROWS, human_bytes, number, percent
 
 _CSS = """
@@ -43,6 +44,11 @@ def render_html(job: JobData, report: dict) -> str:
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{_e(title)}</h1>",
     ]
+    if report["slurm"] is not None:  # Slurm's view first: who, where, how it ended
+        rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in slurm_rows(report))
+        parts += ["<h2>Slurm</h2>", f"<table>{rows}</table>"]
+        if not io_logs_found(report):
+            parts.append(f"<p>{_e(NO_IO_LOGS)}</p>")
     if report["missing"]:
         items = "".join(f"<li>{_e(m)}</li>" for m in report["missing"])
         parts.append(f'<div class="missing"><b>Could not see</b><ul>{items}</ul></div>')

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hpcmon.report.render_history import history_text
+from hpcmon.report.slurm import NO_IO_LOGS, io_logs_found, slurm_rows
 from hpcmon.report.units import SUMMARY_ROWS, human_bytes, number, percent
 
 _MARK = {"high": "HIGH", "warn": "WARN", "info": "INFO"}
@@ -13,6 +14,11 @@ def render_text(report: dict) -> str:
         f"hpcmon report: job {report['job_id']}"
         + (f" on {report['cluster']}" if report["cluster"] else "")
     ]
+    if report["slurm"] is not None:  # Slurm's view first: who, where, how it ended
+        lines += ["", "== Slurm =="]
+        lines += [f"  {label:<28} {text}" for label, text in slurm_rows(report)]
+        if not io_logs_found(report):
+            lines.append(f"  {NO_IO_LOGS}")
     if report["missing"]:
         lines.append("")
         lines.append("Could not see:")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 
 def human_bytes(value: float | None) -> str:
     if value is None:
@@ -42,3 +44,29 @@ SUMMARY_ROWS = (
     ("Peak power", "power_peak_watts", lambda v: number(v, "W")),
     ("Mean power", "power_mean_watts", lambda v: number(v, "W")),
 )
+
+
+def utc_time(epoch: float | None) -> str:
+    if epoch is None:
+        return "n/a"
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def duration(seconds: float | None) -> str:
+    """``1:02:03 (3,723 s)``: hours as a person reads them, and the seconds to compare."""
+    if seconds is None:
+        return "n/a"
+    whole = round(abs(seconds))
+    clock = f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
+    return f"{'-' if seconds < 0 else ''}{clock} ({seconds:,.0f} s)"
+
+
+def one_line(value: object) -> str:
+    """A value as one line of text: the user's own text (a job name) may hold line breaks
+    or other control characters, shown escaped (``\\n``)."""
+    if value is None:
+        return "n/a"
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)

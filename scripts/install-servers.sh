@@ -7,12 +7,16 @@ command -v influxd >/dev/null 2>&1 || need+=(influxdb)
 command -v victoria-metrics >/dev/null 2>&1 && command -v vmagent >/dev/null 2>&1 \
     && command -v vmalert >/dev/null 2>&1 || need+=(victoria-metrics)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)  # the report's HTML test
+# a private Slurm cluster on loopback (devtools/slurm.py): controller, node daemons, clients, munge
+command -v slurmctld >/dev/null 2>&1 && command -v slurmd >/dev/null 2>&1 \
+    && command -v sbatch >/dev/null 2>&1 && command -v munged >/dev/null 2>&1 \
+    || need+=(slurmctld slurmd slurm-client munge)
 
 # The packages enable their services at boot, listening on all interfaces; the tests and the
 # demo start private instances on loopback instead: keep the system ones disabled.
 disable_services() {
     [ "$(id -u)" -eq 0 ] || return 0
-    for unit in prometheus influxdb victoria-metrics; do
+    for unit in prometheus influxdb victoria-metrics munge slurmctld slurmd; do
         if [ -e "/lib/systemd/system/$unit.service" ] && command -v deb-systemd-helper >/dev/null; then
             deb-systemd-helper disable "$unit.service" >/dev/null 2>&1 || true
         fi

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Slurm Epilog (slurm.conf: Epilog=/etc/slurm/epilog.d/hpcmon-epilog.sh) for hpcmon's post-job
 # hook. It runs as root on each compute node after a job; Slurm gives it SLURM_JOB_ID,
-# SLURM_JOB_USER and SLURM_JOB_UID. The hook reads everything else from its YAML config.
+# SLURM_JOB_USER, SLURM_JOB_UID and the job's nodes. The hook asks slurmctld once per job for
+# the rest (job name, times, exit code) and reads its settings from its YAML config.
 #
 # A monitoring failure must never fail or drain a node: this script always exits 0. The hook
 # has its own time limit (time_limit_seconds in the config); `timeout` is only a last resort:
@@ -17,16 +18,10 @@ HPCMON_POST_JOB=${HPCMON_POST_JOB:-/opt/hpcmon/bin/hpcmon-post-job}  # README "I
 HPCMON_CONFIG=${HPCMON_CONFIG:-/etc/hpcmon/post-job.yaml}
 HPCMON_HARD_LIMIT=${HPCMON_HARD_LIMIT:-120}   # seconds; keep above time_limit_seconds
 
-# The epilog runs on every node of the job, but the logs are on the shared file system: only
-# the job's first node ingests (re-ingesting would be harmless, just wasted work). Set
-# HPCMON_ALL_NODES=1 when node-local files (e.g. GEOPM reports in /var/log) must be read.
-if [ -z "${HPCMON_ALL_NODES:-}" ] && [ -n "${SLURM_JOB_NODELIST:-}" ] && \
-   [ -n "${SLURMD_NODENAME:-}" ] && command -v scontrol >/dev/null 2>&1; then
-    first_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null | head -n 1)
-    if [ -n "$first_node" ] && [ "$first_node" != "$SLURMD_NODENAME" ]; then
-        exit 0
-    fi
-fi
+# The epilog runs on every node of the job. The hook itself decides what each node reads, from
+# what Slurm gives it (SLURMD_NODENAME and the job's node list): inputs on the shared file
+# system (Darshan, Recorder, VizTracer) only on the job's first node, node-local ones (GEOPM
+# reports under /var/log) on every node; each source's `scope:` in the config says which.
 
 # Lines to syslog, or to stderr when HPCMON_LOG_STDERR is set or logger is missing.
 to_log() {

@@ -1,9 +1,12 @@
 """Every InfluxQL of the job drill-down returns series on a real InfluxDB 1.6.7 after the real
 post-job hook wrote a job's bundled Darshan, Recorder, VizTracer and GEOPM data, with an
-earlier and a later run of the job's application (other bundled Darshan logs, other scores)."""
+earlier and a later run of the job's application (other bundled Darshan logs, other scores),
+and the epilog's slurm_job point of each (``slurm_job_point``, through ``Point.to_line``) plus
+one job Slurm ended with no I/O log at all."""
 
 from __future__ import annotations
 
+import copy
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +16,8 @@ import pytest
 from devtools.demo import POST_JOB_INPUTS
 from hpcmon.dashboards import config as dashboards_config
 from hpcmon.dashboards import generate, jobs, lint
+from hpcmon.post_job.slurm import SlurmJob
+from tests.report.report_database import slurm_point, write_points
 
 pytestmark = pytest.mark.integration
 
@@ -32,6 +37,27 @@ RUNS = {
     JOB: INPUTS,
 }
 
+SLURM_ONLY = "1728100"  # a job Slurm ended that left no I/O log: its slurm_job point only
+NAME = 'e3sm "big" run <b>\\'  # the user's text: read back, never part of a query
+
+
+def slurm_jobs(starts: dict[str, int]) -> dict[str, SlurmJob]:
+    """Slurm's view of each job, started when its diagnosis says (ns): the demo job
+    succeeded, the earlier run exited 3, the later one was killed by SIGKILL; the Slurm-only
+    job started a day after the demo job and succeeded."""
+    starts = {**starts, SLURM_ONLY: starts[JOB] + 86400 * 10**9}
+    ended = {EARLIER: {"exit_code": 3}, LATER: {"exit_signal": 9}, SLURM_ONLY: {"nodelist": "n3"}}
+    common = {"partition": "compute", "nodelist": "n[1-2]", "num_nodes": 2, "account": "proj"}
+    jobs = {}
+    for job_id, start_ns in starts.items():
+        told = {**common, "exit_code": 0, "exit_signal": 0, **ended.get(job_id, {})}
+        start = start_ns / 1e9
+        jobs[job_id] = SlurmJob(job_id, USER, "1000", start, start + 5400.0, NAME, **told)
+    return jobs
+
+
+FAILED = [EARLIER, LATER]
+
 
 @pytest.fixture(scope="module")
 def written(influxdb1, tmp_path_factory):
@@ -46,6 +72,9 @@ def written(influxdb1, tmp_path_factory):
         ]  # fmt: skip
         run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr
+    starts = {job: start for job, (start, _) in _scores(influxdb1).items()}
+    points = [slurm_point(job, cluster="demo") for job in slurm_jobs(starts).values()]
+    write_points(influxdb1, points, DATABASE)
     return influxdb1
 
 
@@ -143,8 +172,8 @@ def test_every_finished_jobs_dashboard_influxql_returns_series(written, cluster)
     assert sorted(scores) == sorted(RUNS)
     starts = [start for start, _ in scores.values()]
     span = f"time >= {min(starts)}ns AND time <= {max(starts)}ns"
-    _all_return_series(influx, board, {"timeFilter": span, "__interval": "1h"}, at_least=4)
-    (table,) = [p for p in board["panels"] if p["type"] == "table"]
+    _all_return_series(influx, board, {"timeFilter": span, "__interval": "1h"}, at_least=8)
+    table = _panel(board, "Finished jobs by I/O score")
     query = table["targets"][0]["query"]
     ((series),) = influx.series(lint.substitute_variables(query, {"timeFilter": span}), db=DATABASE)
     rows = [dict(zip(series["columns"], row, strict=True)) for row in series["values"]]
@@ -166,6 +195,76 @@ def test_every_finished_jobs_dashboard_influxql_returns_series(written, cluster)
     )
     later = f"time > {max(starts)}ns AND time <= now()"
     assert influx.series(lint.substitute_variables(query, {"timeFilter": later}), db=DATABASE) == []
+
+
+def _panel(board: dict, title: str, kind: str = "table") -> dict:
+    (panel,) = [p for p in board["panels"] if p["type"] == kind and p["title"] == title]
+    return panel
+
+
+def _rows(influx, panel: dict, values: dict) -> list[dict]:
+    """The rows of the panel's one query, as column -> value."""
+    text = lint.substitute_variables(panel["targets"][0]["query"], values)
+    return [
+        dict(zip(s["columns"], row, strict=True))
+        for s in influx.series(text, db=DATABASE)
+        for row in s["values"]
+    ]
+
+
+@pytest.mark.parametrize("cluster", ["", "demo"])
+def test_the_slurm_tables_list_every_finished_job_and_exactly_the_failed_ones(
+    written, cluster
+) -> None:
+    """Every job Slurm ended in the time range (the Slurm-only one too) as written, the
+    failed ones (exit 3, SIGKILL) alone in their table, both counted; the drill-down of the
+    Slurm-only job shows its Slurm row."""
+    influx = written
+    config = dashboards_config.replace(dashboards_config.Config(), cluster=cluster)
+    boards = generate.dashboards(config)
+    board = boards["hpcmon-jobs"]
+    slurm = slurm_jobs({job: start for job, (start, _) in _scores(influx).items()})
+    starts = [int(job.start * 1e9) for job in slurm.values()]
+    span = {"timeFilter": f"time >= {min(starts)}ns AND time <= {max(starts)}ns"}
+    finished = _rows(influx, _panel(board, "Finished jobs"), span)
+    assert [r["jobid"] for r in finished] == [LATER, SLURM_ONLY, JOB, EARLIER]  # newest first
+    for row in finished:
+        job = slurm[row["jobid"]]
+        assert row == {
+            "time": int(job.start * 1e9),
+            "jobid": job.job_id,
+            "job name": NAME,  # quotes, a tag, a trailing backslash: as the user wrote it
+            "user": USER,
+            "account": "proj",
+            "partition": "compute",
+            "nodes": job.nodelist,
+            "node count": 2,
+            "exit code": job.exit_code,
+            "signal": job.exit_signal,
+            "start": job.start * 1000,
+            "end": job.end * 1000,
+            "elapsed": 5400.0,
+        }
+    failed = _rows(influx, _panel(board, "Failed jobs"), span)
+    assert sorted(r["jobid"] for r in failed) == FAILED
+    for title, jobs_counted in (("Finished jobs (Slurm)", slurm), ("Failed jobs (Slurm)", FAILED)):
+        [row] = _rows(influx, _panel(board, title, "stat"), span)
+        assert row["count"] == len(jobs_counted), title
+    outside = {"timeFilter": f"time > {max(starts)}ns AND time <= now()"}
+    assert _rows(influx, _panel(board, "Finished jobs"), outside) == []
+    drill_down = _panel(boards["hpcmon-job"], "Slurm: the job")
+    [row] = _rows(influx, drill_down, {"jobid": SLURM_ONLY})
+    assert (row["jobid"], row["nodes"], row["exit code"]) == (SLURM_ONLY, "n3", 0)
+
+
+def test_a_misspelt_slurm_field_is_caught(written) -> None:
+    """The check of every query sees a column no point has, as InfluxDB answers 200 for it."""
+    board = copy.deepcopy(generate.dashboards(dashboards_config.Config())["hpcmon-jobs"])
+    target = _panel(board, "Failed jobs")["targets"][0]
+    target["query"] = target["query"].replace('"exit_signal" AS', '"exit_signa1" AS')
+    span = {"timeFilter": "time >= 0 AND time <= now()", "__interval": "1h"}
+    with pytest.raises(AssertionError, match="Failed jobs.* column 'signal' has no value"):
+        _all_return_series(written, board, span, at_least=8)
 
 
 def _all_return_series(influx, board: dict, values: dict, at_least: int) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.deploy.test_helm_chart import CASES, ROOT, rendered
+from tests.deploy.test_helm_chart import CASES, ROOT, case_values, chart, rendered
 
 # checkov lives in its own virtualenv (`make venv`; pyproject's `scan` extra explains why)
 CHECKOV = Path(os.environ.get("HPCMON_CHECKOV", ROOT / ".venv-checkov" / "bin" / "checkov"))
@@ -80,6 +80,21 @@ def test_every_exception_in_the_chart_has_its_reason(chart_reports) -> None:
     assert {s["check_id"] for s in skipped} >= {"CKV_K8S_11", "CKV_K8S_15", "CKV_K8S_43"}
     for skip in skipped:
         assert len(skip["check_result"]["suppress_comment"].strip()) > 20, skip["check_id"]
+
+
+def test_probes_are_skipped_only_where_the_flush_container_runs(chart_reports) -> None:
+    """CKV_K8S_8/9 are skipped for the compute pod's flush container (it serves nothing); value
+    sets without it still have checkov check the exporters' probes."""
+    probed = {
+        s["file_path"] for s in skips(chart_reports) if s["check_id"] in ("CKV_K8S_8", "CKV_K8S_9")
+    }
+    assert probed
+    for path in probed:
+        assert "-DaemonSet-" in path and path.endswith("-compute.yaml"), path
+        case = path.strip("/").split("/")[0]
+        values = chart().merge_values(case_values(case if case == "default" else f"{case}.yaml"))
+        assert values["compute"]["postJob"]["flush"]["enabled"], path
+    assert not any(p.startswith("/default/") for p in probed)
 
 
 def test_the_network_policies_are_what_passes_ckv2_k8s_6(chart_reports) -> None:

@@ -23,7 +23,14 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 
-from tests.deploy.test_helm_chart import CHART, case_values, of_kind, render
+from tests.deploy.test_helm_chart import (
+    CHART,
+    case_values,
+    flush_command,
+    of_kind,
+    pod_container,
+    render,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -124,6 +131,12 @@ def test_chart_default_images_are_these_targets_at_the_package_version() -> None
     everything = render(case_values("everything-on-values.yaml"))
     for obj in of_kind(everything, "DaemonSet"):
         for container in obj["spec"]["template"]["spec"]["containers"]:
+            if container["name"] == "flush":
+                # The post-job image's program in a shell loop: the slim base has /bin/sh.
+                assert container["image"].split("/")[-1].startswith("hpcmon-post-job:")
+                assert container["command"][:2] == ["/bin/sh", "-c"]
+                assert "hpcmon-post-job flush --config " in container["command"][2]
+                continue
             assert "command" not in container, "the chart must run the image's ENTRYPOINT"
     for obj in of_kind(everything, "CronJob"):
         (container,) = obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
@@ -285,9 +298,11 @@ def test_wheel_entry_points_accept_the_chart_command_lines(
     objects = render(case_values(case))
     commands = []
     for obj in of_kind(objects, "DaemonSet"):
-        (container,) = obj["spec"]["template"]["spec"]["containers"]
-        args = [a.replace("$(HOST_IP)", "192.0.2.1") for a in container["args"]]
+        pod = obj["spec"]["template"]["spec"]
+        args = [a.replace("$(HOST_IP)", "192.0.2.1") for a in pod_container(pod)["args"]]
         commands.append(["hpcmon-exporter", *args])
+        if len(pod["containers"]) > 1:
+            commands.append(flush_command(pod_container(pod, "flush")))
     for obj in of_kind(objects, "CronJob"):
         (container,) = obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
         commands.append(["hpcmon-post-job", *container["args"]])

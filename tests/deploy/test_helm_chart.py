@@ -13,6 +13,7 @@ import copy
 import functools
 import json
 import re
+import shlex
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,12 @@ def rendered(case: str) -> tuple[dict[str, Any], ...]:
 
 def of_kind(objects, kind: str) -> list[dict[str, Any]]:
     return [obj for obj in objects if obj["kind"] == kind]
+
+
+def pod_container(pod: dict[str, Any], name: str = "exporter") -> dict[str, Any]:
+    """A container of a pod spec by name (the compute pod may also run `flush`)."""
+    (found,) = [c for c in pod["containers"] if c["name"] == name]
+    return found
 
 
 def claimed_kube_versions() -> tuple[str, str]:
@@ -279,8 +286,8 @@ def test_servicemonitor_selects_every_service_and_port(case: str) -> None:
                 )
             ]
             assert len(pods) == 1
-            container = pods[0]["spec"]["template"]["spec"]["containers"][0]
-            assert port in [p["name"] for p in container["ports"]]
+            exporter = pod_container(pods[0]["spec"]["template"]["spec"])
+            assert port in [p["name"] for p in exporter["ports"]]
 
 
 def test_kube_prometheus_stack_release_label_is_the_default() -> None:
@@ -364,8 +371,13 @@ def test_containers_run_with_least_privilege(case: str) -> None:
             init = container in spec.get("initContainers", [])
             # Only what a mode needs: chroot into the host for its lctl, chgrp of energy_uj.
             assert added <= ({"CHOWN"} if init else {"SYS_CHROOT"})
+            # uid 0 in one container only where the pod is not root: the spool's flush.
+            if context.get("runAsUser") == 0 and not root_allowed and not init:
+                assert container["name"] == "flush", name
             for mount in container.get("volumeMounts", []):
-                if mount["name"] in host_paths and not init:
+                # The flush container empties the node's spool: its one writable host path.
+                writable = container["name"] == "flush" and mount["name"] == "post-job-spool"
+                if mount["name"] in host_paths and not init and not writable:
                     assert mount["readOnly"] is True, f"{name}: {mount['name']} is writable"
 
 
@@ -373,7 +385,7 @@ def test_energy_uj_is_read_by_uid_0_without_capabilities_by_default() -> None:
     (compute,) = of_kind(rendered("default"), "DaemonSet")
     spec = compute["spec"]["template"]["spec"]
     assert spec["securityContext"]["runAsUser"] == 0
-    assert "add" not in spec["containers"][0]["securityContext"]["capabilities"]
+    assert "add" not in pod_container(spec)["securityContext"]["capabilities"]
     assert "initContainers" not in spec
 
 
@@ -412,8 +424,8 @@ def expand_env(args: list[str], env: dict[str, str]) -> list[str]:
 def test_exporter_command_lines_parse_with_the_real_exporter(case: str) -> None:
     collectors = available_collectors()
     for obj in of_kind(rendered(case), "DaemonSet"):
-        (container,) = obj["spec"]["template"]["spec"]["containers"]
-        args = expand_env(container["args"], {"HOST_IP": "192.0.2.1"})
+        exporter = pod_container(obj["spec"]["template"]["spec"])
+        args = expand_env(exporter["args"], {"HOST_IP": "192.0.2.1"})
         options = build_parser(collectors).parse_args(args)
         enabled = [name for name in collectors if getattr(options, f"collector_{name}")]
         for name in enabled:
@@ -428,7 +440,7 @@ def test_exporter_command_lines_parse_with_the_real_exporter(case: str) -> None:
         paths = [value for key, value in vars(options).items() if key.startswith("path_") and value]
         if "postjob" in enabled:
             paths.append(options.postjob_spool_dir)
-        mounted = [m["mountPath"] for m in container["volumeMounts"]]
+        mounted = [m["mountPath"] for m in exporter["volumeMounts"]]
         for path in paths:
             if role == "lustre" and options.jobstats_source != "procfs":
                 continue  # lctl mode reads the host through its chroot wrapper
@@ -444,20 +456,156 @@ def test_compute_daemonset_reads_the_post_job_spool_of_its_node() -> None:
         values = {**values, "lustre": {"enabled": False}}
         (daemonset,) = of_kind(render(values), "DaemonSet")
         pod = daemonset["spec"]["template"]["spec"]
-        (container,) = pod["containers"]
-        mounts = {m["name"]: m for m in container["volumeMounts"]}
+        (exporter,) = pod["containers"]
+        mounts = {m["name"]: m for m in exporter["volumeMounts"]}
         volumes = {v["name"]: v for v in pod["volumes"]}
-        assert ("--collector.postjob" in container["args"]) == mounted
+        assert ("--collector.postjob" in exporter["args"]) == mounted
         assert ("post-job-spool" in mounts) == mounted == ("post-job-spool" in volumes)
         if mounted:
             assert mounts["post-job-spool"] == {"name": "post-job-spool", "readOnly": True,
                                                 "mountPath": "/host/post-job-spool"}  # fmt: skip
             assert volumes["post-job-spool"]["hostPath"]["path"] == "/var/spool/hpcmon-post-job"
-            assert "--postjob.spool-dir=/host/post-job-spool" in container["args"]
+            assert "--postjob.spool-dir=/host/post-job-spool" in exporter["args"]
+
+
+FLUSH_LINE = re.compile(r"^\s*(hpcmon-post-job flush .*?) & run=\$!$", re.MULTILINE)
+
+
+def flush_command(flush: dict[str, Any]) -> list[str]:
+    """The `hpcmon-post-job flush ...` command line in the flush container's shell loop."""
+    assert flush["command"][:2] == ["/bin/sh", "-c"]
+    (line,) = FLUSH_LINE.findall(flush["command"][2])
+    return shlex.split(line)
+
+
+def compute_pod(compute: dict[str, Any], **values: Any) -> dict[str, Any]:
+    values = {"lustre": {"enabled": False}, "compute": compute, **values}
+    (found,) = of_kind(render(values), "DaemonSet")
+    return found
+
+
+def test_compute_flush_container_is_off_by_default() -> None:
+    values = chart().merge_values(None)
+    assert values["compute"]["postJob"]["flush"]["enabled"] is False
+    (compute,) = of_kind(rendered("default"), "DaemonSet")
+    assert [c["name"] for c in compute["spec"]["template"]["spec"]["containers"]] == ["exporter"]
+
+
+@pytest.mark.parametrize("mode", [{"mode": "root"}, {"mode": "group", "groupId": 2000}])
+def test_compute_flush_container_replays_the_nodes_spool_with_the_epilog_config(mode) -> None:
+    """The node's backlog goes out without waiting for the next job: `flush --config` with the
+    epilog's own config, every intervalSeconds, as uid 0 with no capability; the spool is
+    writable in this container only, the config directory read-only, both at their host paths
+    (so the config's spool_dir and token_file hold in the container)."""
+    compute = {"energyAccess": mode, "postJob": {"flush": {"enabled": True}}}
+    pod = compute_pod(compute)["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == ["exporter", "flush"]
+    flush = pod_container(pod, "flush")
+    assert flush["image"] == "hpcmon-post-job:" + chart().metadata["appVersion"]
+    command = flush_command(flush)
+    assert command == ["hpcmon-post-job", "flush", "--config", "/etc/hpcmon/post-job.yaml"]
+    assert build_flush_parser().parse_args(command[2:]).config == "/etc/hpcmon/post-job.yaml"
+    assert "sleep 300 &" in flush["command"][2]
+    assert "trap " in flush["command"][2]  # SIGTERM ends the loop, not the grace period
+    context = flush["securityContext"]
+    assert context == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "privileged": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsUser": 0,
+        "runAsGroup": 0,
+        "runAsNonRoot": False,
+    }
+    assert flush["resources"]["limits"]["memory"] and flush["resources"]["requests"]["cpu"]
+    mounts = {m["name"]: m for m in flush["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    spool_dir = "/var/spool/hpcmon-post-job"
+    assert mounts["post-job-spool"] == {"name": "post-job-spool", "mountPath": spool_dir,
+                                        "readOnly": False}  # fmt: skip
+    assert volumes["post-job-spool"]["hostPath"] == {"path": spool_dir, "type": "DirectoryOrCreate"}
+    assert mounts["post-job-config"] == {"name": "post-job-config", "mountPath": "/etc/hpcmon",
+                                         "readOnly": True}  # fmt: skip
+    assert volumes["post-job-config"]["hostPath"] == {"path": "/etc/hpcmon", "type": "Directory"}
+    assert volumes[mounts["post-job-flush-tmp"]["name"]]["emptyDir"] == {}
+    assert set(mounts) == {"post-job-spool", "post-job-config", "post-job-flush-tmp"}
+    assert "env" not in flush
+    # The exporter keeps its read-only view of the same spool, and only the exporter probes.
+    exporter = pod_container(pod)
+    assert {"name": "post-job-spool", "mountPath": "/host/post-job-spool",
+            "readOnly": True} in exporter["volumeMounts"]  # fmt: skip
+    assert "livenessProbe" in exporter and "readinessProbe" in exporter
+    assert pod["securityContext"]["runAsUser"] == (0 if mode["mode"] == "root" else 65534)
+
+
+def test_compute_flush_container_follows_its_values() -> None:
+    post_job = {
+        "enabled": False,  # no collector: the flush still gets the spool
+        "spoolDir": "/local/hpcmon/spool",
+        "flush": {
+            "enabled": True,
+            "intervalSeconds": 120,
+            "configDir": "/opt/site/hpcmon/",
+            "configFile": "epilog.yaml",
+            "v1CredentialsSecret": "influx-v1",
+        },
+    }
+    image = {"registry": "registry.example.org", "repository": "hpc/post-job", "tag": "1.2.3"}
+    daemonset = compute_pod({"postJob": post_job}, postJob={"flush": {"image": image}})
+    pod = daemonset["spec"]["template"]["spec"]
+    flush = pod_container(pod, "flush")
+    assert flush["image"] == "registry.example.org/hpc/post-job:1.2.3"
+    assert flush_command(flush)[-1] == "/opt/site/hpcmon/epilog.yaml"
+    assert "sleep 120 &" in flush["command"][2]
+    mounts = {m["mountPath"]: m for m in flush["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes[mounts["/local/hpcmon/spool"]["name"]]["hostPath"]["path"] == (
+        "/local/hpcmon/spool"
+    )
+    assert volumes[mounts["/opt/site/hpcmon/"]["name"]]["hostPath"]["path"] == "/opt/site/hpcmon/"
+    # InfluxDB 1.x credentials as files from the Secret, never as values in the environment.
+    assert volumes[mounts["/run/hpcmon/influx-v1"]["name"]]["secret"]["secretName"] == "influx-v1"
+    assert flush["env"] == [
+        {"name": "INFLUX_USERNAME_FILE", "value": "/run/hpcmon/influx-v1/username"},
+        {"name": "INFLUX_PASSWORD_FILE", "value": "/run/hpcmon/influx-v1/password"},
+    ]
+    exporter = pod_container(pod)
+    assert "--collector.postjob" not in exporter["args"]
+    assert "post-job-spool" not in {m["name"] for m in exporter["volumeMounts"]}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_checkov_annotations_name_each_check_once(case: str) -> None:
+    """Two containers of one pod may skip the same check: one annotation, both reasons."""
+    for obj in rendered(case):
+        annotations = obj["metadata"].get("annotations", {})
+        checks = [v.split("=", 1)[0] for k, v in annotations.items() if k.startswith("checkov.io/")]
+        assert len(checks) == len(set(checks)), (obj["metadata"]["name"], checks)
+
+
+def test_flush_container_exceptions_join_the_modes_reasons() -> None:
+    annotations = compute_pod({"postJob": {"flush": {"enabled": True}}})["metadata"]["annotations"]
+    skips = dict(value.split("=", 1) for value in annotations.values())
+    assert "energyAccess.mode root" in skips["CKV_K8S_40"]
+    assert "compute.postJob.flush" in skips["CKV_K8S_40"]
+    assert "compute.postJob.flush" in skips["CKV_K8S_8"] and "CKV_K8S_9" in skips
+    digest = "sha256:" + "0" * 64
+    pinned = compute_pod(
+        {"postJob": {"flush": {"enabled": True}}},
+        image={"digest": digest},
+        postJob={"flush": {"image": {"digest": digest}}},
+    )
+    assert "CKV_K8S_43" not in {
+        v.split("=", 1)[0] for v in pinned["metadata"]["annotations"].values()
+    }
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_flush_command_line_parses_with_the_real_post_job_parser(case: str) -> None:
+    for daemonset in of_kind(rendered(case), "DaemonSet"):
+        for flush in daemonset["spec"]["template"]["spec"]["containers"][1:]:
+            options = build_flush_parser().parse_args(flush_command(flush)[2:])
+            assert options.config.endswith(".yaml")
     for cronjob in of_kind(rendered(case), "CronJob"):
         (container,) = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
         assert container["args"][0] == "flush"
@@ -609,6 +757,16 @@ BAD_VALUES = [
         {"compute": {"postJob": {"spoolDir": "var/spool/hpcmon-post-job"}}},
         ["/compute/postJob/spoolDir", "does not match"],
         id="relative-spool-dir",
+    ),
+    pytest.param(
+        {"compute": {"postJob": {"flush": {"intervalSeconds": 0}}}},
+        ["/compute/postJob/flush/intervalSeconds", "minimum"],
+        id="flush-interval",
+    ),
+    pytest.param(
+        {"compute": {"postJob": {"flush": {"configDir": "etc/hpcmon"}}}},
+        ["/compute/postJob/flush/configDir", "does not match"],
+        id="relative-flush-config-dir",
     ),
     pytest.param(
         {"exporter": {"logLevel": "verbose"}},

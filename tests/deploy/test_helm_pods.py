@@ -31,7 +31,7 @@ from devtools.servers import http_get, loopback_env, run_exporter
 from hpcmon.exporter.geopm.model import BackendError
 from hpcmon.exporter.geopm.powercap import PowercapBackend
 from hpcmon.post_job.spool import Spool
-from tests.deploy.test_helm_chart import case_values, chart, of_kind, render
+from tests.deploy.test_helm_chart import case_values, chart, of_kind, pod_container, render
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parents[1] / "data"
@@ -129,11 +129,11 @@ def on_node(text: str, mounts: dict[str, Path]) -> str:
 def exporter_args(
     pod: dict[str, Any], node: Path, sources: dict[str, Path] | None = None
 ) -> list[str]:
-    (container,) = pod["containers"]
-    mounts = host_mounts(pod, container, node, sources)
+    exporter = pod_container(pod)
+    mounts = host_mounts(pod, exporter, node, sources)
     return [
         on_node(arg, mounts)
-        for arg in container["args"]
+        for arg in exporter["args"]
         if not arg.startswith("--web.listen-address=")  # a free loopback port instead
     ]
 
@@ -230,8 +230,7 @@ def test_lctl_mode_runs_the_hosts_lctl_through_the_charts_chroot(node: Path, tmp
         if obj["metadata"]["name"].endswith("-lctl")
     ]
     pod = daemonset(values, "lustre")
-    (container,) = pod["containers"]
-    assert "SYS_CHROOT" in container["securityContext"]["capabilities"]["add"]
+    assert "SYS_CHROOT" in pod_container(pod)["securityContext"]["capabilities"]["add"]
     # The host: its own shell and lctl, a job_stats capture.
     chroot_shell(node)
     (node / "usr/sbin").mkdir(parents=True)
@@ -242,7 +241,7 @@ def test_lctl_mode_runs_the_hosts_lctl_through_the_charts_chroot(node: Path, tmp
     # The ConfigMap volume: the wrapper, with the pod's /host resolved onto the node.
     volume = tmp_path / "lctl-configmap"
     volume.mkdir()
-    mounts = host_mounts(pod, container, node, {wrapper_map["metadata"]["name"]: volume})
+    mounts = host_mounts(pod, pod_container(pod), node, {wrapper_map["metadata"]["name"]: volume})
     for name, text in wrapper_map["data"].items():
         (volume / name).write_text(text.replace("chroot /host ", f"chroot {mounts['/host']} "))
         (volume / name).chmod(0o555)
@@ -351,8 +350,7 @@ def test_prometheus_scrapes_the_tls_pod_the_way_the_servicemonitor_says(
     password = "scrape-me"
     hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()
     pod = daemonset(case, "compute")
-    (container,) = pod["containers"]
-    mounts = host_mounts(pod, container, node, {web["secretName"]: secret})
+    mounts = host_mounts(pod, pod_container(pod), node, {web["secretName"]: secret})
     # The file names its certificate by its path in the pod, as the chart's README says.
     (secret / web["key"]).write_text(
         "tls_server_config:\n"
@@ -447,3 +445,59 @@ def test_flush_cronjob_replays_the_shared_spool_into_influxdb(
     assert spool.pending() == []
     series = influxdb1.series('SELECT count("bytes") FROM "hpcmon_helm_flush"', db="hpc_helm")
     assert series[0]["values"][0][1] == len(lines)
+
+
+@pytest.mark.integration
+def test_compute_flush_container_replays_the_nodes_spool_into_influxdb(
+    node: Path, tmp_path: Path, influxdb1
+) -> None:
+    """The compute pod's flush container, its shell loop as rendered: the epilog's config and
+    spool on the node, one run that empties the spool into a real InfluxDB, and SIGTERM during
+    the sleep that ends the loop at once with status 0."""
+    influxdb1.create_database("hpc_node_flush")
+    pod = daemonset({"compute": {"postJob": {"flush": {"enabled": True}}}}, "compute")
+    flush = pod_container(pod, "flush")
+    (node / "etc/hpcmon").mkdir(parents=True)  # the host's config directory (type Directory)
+    mounts = host_mounts(pod, flush, node) | {"/tmp": tmp_path}  # the emptyDir
+    spool_dir = on_node("/var/spool/hpcmon-post-job", mounts)
+    # The node's epilog config: paths in it are host paths, which the pod mounts as they are.
+    Path(on_node("/etc/hpcmon/post-job.yaml", mounts)).write_text(
+        f"time_limit_seconds: 30\nspool_dir: {spool_dir}\n"
+        f"writers:\n  influx_v1:\n    url: {influxdb1.url}\n    database: hpc_node_flush\n"
+    )
+    # What epilogs on this node left behind while InfluxDB was away.
+    spool = Spool(Path(spool_dir), "influx-v1")
+    lines = [
+        f"hpcmon_node_flush,jobid=78 bytes={i}i {1_700_000_000 + i}000000000" for i in range(4)
+    ]
+    spool.add(lines[:2])
+    spool.add(lines[2:])
+    # The image's hpcmon-post-job on PATH, this checkout behind it.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "hpcmon-post-job").write_text(
+        f'#!/bin/sh\nexec {sys.executable} -m hpcmon.post_job "$@"\n'
+    )
+    (bin_dir / "hpcmon-post-job").chmod(0o755)
+    shell, option, script = flush["command"]
+    config = on_node("/etc/hpcmon/post-job.yaml", mounts)
+    assert "'/etc/hpcmon/post-job.yaml'" in script
+    script = script.replace("'/etc/hpcmon/post-job.yaml'", f"'{config}'")
+    env = dict(loopback_env(), PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path))
+    env["PATH"] = f"{bin_dir}:{env.get('PATH', '/usr/bin:/bin')}"
+    loop = subprocess.Popen([shell, option, script], cwd=tmp_path, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while spool.pending() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert spool.pending() == []
+        query = 'SELECT count("bytes") FROM "hpcmon_node_flush"'
+        assert influxdb1.series(query, db="hpc_node_flush")[0]["values"][0][1] == len(lines)
+        time.sleep(1)  # the run is over; the loop sleeps its interval
+        assert loop.poll() is None
+        loop.terminate()
+        assert loop.wait(timeout=10) == 0
+    finally:
+        if loop.poll() is None:
+            loop.kill()
+            loop.wait()

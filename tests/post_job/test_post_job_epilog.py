@@ -542,8 +542,8 @@ def test_every_registry_option_is_a_flag_and_a_config_key_with_one_default(tmp_p
                 source = item.section.split(".", 1)[1]
                 inputs = {"darshan": "logs", "recorder": "dirs", "viztracer": "traces"}[source]
                 data["sources"] = {source: {inputs: "/x/*", item.key: value}}
-            elif item.section == "writers":
-                data["writers"][item.key] = value
+            elif item.section in ("writers", "slurm"):
+                data.setdefault(item.section, {})[item.key] = value
             else:
                 data[item.key] = value
             if ok:

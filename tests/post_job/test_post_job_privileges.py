@@ -319,15 +319,29 @@ def test_report_dir_of_the_job_user_is_refused_as_root(influxdb1, site: Site) ->
     assert not list(site.scratch.glob(f"{JOB}.*"))
 
 
-def test_missing_report_dirs_are_made_root_s_0755(influxdb1, site: Site) -> None:
-    _, _, user = job_user()
+def test_a_report_is_its_user_s_alone(influxdb1, site: Site) -> None:
+    """The report names the job's files, sizes and paths: the file is the job user's, 0600;
+    a directory the hook makes for it is root's with the job's group, 0750 (0700 when the
+    hook is not root): no world bits anywhere."""
+    uid, gid, user = job_user()
     proc = run_hook(site, not ROOT)
     made = site.base / "node" / "reports" / user
     assert proc.returncode == 0, proc.stderr
     info = made.lstat()
-    assert stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o755
-    assert info.st_uid == os.geteuid() if ROOT else info.st_uid == os.getuid()
-    assert stat.S_IMODE((made / f"{JOB}.json").stat().st_mode) == 0o644
+    assert stat.S_ISDIR(info.st_mode)
+    if ROOT:
+        assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (0, gid, 0o750)
+    else:
+        assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (os.getuid(), 0o700)
+    report = (made / f"{JOB}.json").stat()
+    assert (report.st_uid, stat.S_IMODE(report.st_mode)) == (uid, 0o600)
+    if ROOT:
+        assert report.st_gid == gid
+        reader = ["runuser", "-u", user, "--", "cat", str(made / f"{JOB}.json")]
+        assert json.loads(subprocess.run(reader, capture_output=True, check=True).stdout)
+        other = ["runuser", "-u", "daemon", "--", "cat", str(made / f"{JOB}.json")]
+        refused = subprocess.run(other, capture_output=True, text=True)
+        assert refused.returncode != 0 and "Permission denied" in refused.stderr
 
 
 def _big_trace(path: Path, mib: int) -> None:

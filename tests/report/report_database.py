@@ -4,9 +4,15 @@ JSON from that database or from the log (both CLIs run in-process, as their user
 from __future__ import annotations
 
 import json
+import urllib.request
 from pathlib import Path
 
+from hpcmon.post_job.app import identify
 from hpcmon.post_job.cli import main as post_job_main
+from hpcmon.post_job.model import JobContext
+from hpcmon.post_job.points import Point, to_lines
+from hpcmon.post_job.slurm import SlurmJob
+from hpcmon.post_job.slurm_points import slurm_job_point
 from hpcmon.report.cli import main as report_main
 
 DATABASE = "hpcmon"
@@ -32,6 +38,31 @@ def hook_writes(influx, log: Path, job_id: str, spool: Path) -> None:
         ]
     )
     assert status == 0, f"hpcmon-post-job exit {status} on {log.name}"
+
+
+def slurm_point(job: SlurmJob, cluster: str | None = CLUSTER) -> Point:
+    """The epilog hook's slurm_job point of the job, with the ``user`` tag the hook adds to
+    every point of a job (hpcmon.post_job.app.identify)."""
+    context = JobContext(job.job_id, cluster, job.user)
+    return identify([slurm_job_point(job, context)], context)[0]
+
+
+def write_points(influx, points: list[Point], database: str = DATABASE) -> None:
+    """Points through the project's own line protocol (Point.to_line), as the hook sends
+    them; InfluxDB must accept every line."""
+    request = urllib.request.Request(
+        f"{influx.url}/write?db={database}&precision=ns",
+        data=to_lines(points).encode("utf-8"),
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status == 204
+
+
+def stored_text(text: str) -> str:
+    """What InfluxDB keeps of a string field the encoder wrote: a line break as the two
+    characters backslash, n (post_job/points.py)."""
+    return text.replace("\n", "\\n").replace("\r", "\\r")
 
 
 def report(job_id: str, out: Path, *source: str, fmt: str = "json") -> dict | str:

@@ -2,6 +2,7 @@
 One exporter DaemonSet. Call with a dict:
   root: $, role: "lustre"|"compute", settings: the role's values,
   args: list of role flags, mounts / volumes / initContainers: lists of maps,
+  sidecars: containers after the exporter, as maps (optional),
   podSecurityContext / containerSecurityContext: maps,
   skips: checkov checks this role skips, "CHECK=reason" each (optional).
 */}}
@@ -122,6 +123,9 @@ spec:
               mountPath: /etc/hpcmon/web
               readOnly: true
             {{- end }}
+        {{- with .sidecars }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
       volumes:
         {{- with .volumes }}
         {{- toYaml . | nindent 8 }}

@@ -157,10 +157,22 @@ with their reasons, as a YAML list of "CHECK=reason". Call with (list $ image-va
 {{- end }}
 
 {{/*
-checkov.io/skipN annotations from a list of "CHECK=reason" strings (checkov's in-place skips).
+checkov.io/skipN annotations from a list of "CHECK=reason" strings (checkov's in-place skips);
+a check given twice (two containers of one pod) gets one annotation with both reasons.
 */}}
 {{- define "hpcmon.checkovAnnotations" -}}
-{{- range $index, $skip := . }}
-checkov.io/skip{{ add1 $index }}: {{ $skip | quote }}
+{{- $checks := list }}
+{{- $reasons := dict }}
+{{- range . }}
+{{- $parts := splitn "=" 2 . }}
+{{- if hasKey $reasons $parts._0 }}
+{{- $_ := set $reasons $parts._0 (printf "%s; %s" (get $reasons $parts._0) $parts._1) }}
+{{- else }}
+{{- $checks = append $checks $parts._0 }}
+{{- $_ := set $reasons $parts._0 $parts._1 }}
+{{- end }}
+{{- end }}
+{{- range $index, $check := $checks }}
+checkov.io/skip{{ add1 $index }}: {{ printf "%s=%s" $check (get $reasons $check) | quote }}
 {{- end }}
 {{- end }}
