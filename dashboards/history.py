@@ -14,6 +14,7 @@ from .jobs import JOB_ROWS
 from .jobs import MEASUREMENT as DIAGNOSIS
 from .overview import JOB_LINK_TITLE
 from .uids import JOB_UID
+from .variables import JOB_INDEX, has_any, job_filter
 
 APP_RUN = "app_run"
 RATIO = 2.0  # the report's regression rule: >= 2x or <= 0.5x
@@ -37,15 +38,18 @@ def app_filter(config: Config) -> str:
 
 
 def application_variables(config: Config) -> list[core.Template]:
-    """app and user of the chosen job, from its app_run point, and its start (``jobstart``,
-    epoch seconds) that bounds the runs shown (hidden: they follow $jobid, not the time
-    range, which a link from a list of jobs sets to that list's range)."""
-    this_job = f"WHERE \"jobid\" = '$jobid'{_cluster(config)}"
-    tags = [
-        (name, label, f'SHOW TAG VALUES FROM "{APP_RUN}" WITH KEY = "{name}" {this_job}')
-        for name, label in (("app", "Application"), ("user", "User"))
-    ]
-    start = ("jobstart", "Job start", f'SELECT last("start_time") FROM "{APP_RUN}" {this_job}')
+    """app of the chosen job, from its job_index points (a field there, found by the index's
+    ``jobid`` tag), and its start (``jobstart``, epoch seconds, from its app_run point within
+    the job's window) that bounds the runs shown (hidden: they follow $jobid, not the time
+    range, which a link from a list of jobs sets to that list's range). Follow
+    job_variables, whose ``user``, ``jobfirst`` and ``joblast`` they read."""
+    indexed = f'FROM "{JOB_INDEX}" WHERE "jobid" = \'$jobid\'{_cluster(config)}'
+    app = ("app", "Application", f'SELECT last("app") {indexed}')
+    start = (
+        "jobstart",
+        "Job start",
+        f'SELECT last("start_time") FROM "{APP_RUN}" WHERE {job_filter(config)}',
+    )
     return [
         core.Template(
             name=name,
@@ -55,7 +59,7 @@ def application_variables(config: Config) -> list[core.Template]:
             refresh=1,
             hide=2,
         )
-        for name, label, query in [*tags, start]
+        for name, label, query in [app, start]
     ]
 
 
@@ -66,9 +70,11 @@ def runs_filter(config: Config) -> str:
 
 
 def scores_filter(config: Config) -> str:
-    """The same runs' job_diagnosis score points: stamped at the job's first whole second,
-    never after the app_run start, so a time bound (InfluxQL folds the product to ns)."""
-    return f"{JOB_ROWS} AND {app_filter(config)} AND time <= $jobstart * 1000000000"
+    """The same runs' job_diagnosis score points: stamped in the second the job's first log
+    started (the second of app_run's start, a whole second in Darshan's logs), at the job's
+    nanosecond slot of that second (post_job/layout.py), so a time bound before the next
+    second (InfluxQL folds the product to ns)."""
+    return f"{JOB_ROWS} AND {app_filter(config)} AND time < $jobstart * 1000000000 + 1000000000"
 
 
 def _run_link() -> dict[str, object]:
@@ -146,6 +152,7 @@ def add_application_row(layout: g.Layout, config: Config) -> None:
     for title, unit, measurement, fields in _CHARTS:
         selected = ", ".join(f'"{name}" AS "{alias}"' for name, alias in fields)
         where = runs if measurement == APP_RUN else scores
+        where += f" AND {has_any(*(name for name, _ in fields))}"  # runs with the figure
         query = (
             f'SELECT "jobid", {selected} FROM "{measurement}" WHERE {where} '
             f"ORDER BY time DESC LIMIT {CHART_RUNS}"

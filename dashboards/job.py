@@ -2,7 +2,11 @@
 node power (Prometheus) over the same window.
 
 Summaries read all of a job's points whatever the time range (a job's Darshan points carry its
-start time, which can lie before the window a link opens); timelines use the time range.
+start time, which can lie before the window a link opens); timelines use the time range. Every
+post-job query reads the job's ``jobid`` field within the job's window (``$jobfirst`` to
+``$joblast``, from its job_index points: post_job/layout.py). The names that were tags before
+issue 31 (``log``, ``trace``, ``file``, ``rank``, a VizTracer ``function``) are fields: tables
+select them as columns, one row per point, where they used to group by them.
 """
 
 from __future__ import annotations
@@ -18,14 +22,9 @@ from .grafana import INFLUXDB, PROMETHEUS, PanelSpec, Query
 from .history import add_application_row, application_variables
 from .slurm import slurm_table
 from .uids import JOB_UID, OVERVIEW_UID
-from .variables import cluster_matcher, job_variables
+from .variables import cluster_matcher, has_any, job_filter, job_variables
 
 RATE = "$__rate_interval"
-
-
-def influx_job_filter(config: Config) -> str:
-    cluster = f" AND \"cluster\" = '{config.cluster}'" if config.cluster else ""
-    return f"\"jobid\" = '$jobid'{cluster}"
 
 
 def _influx(title: str, unit: str, *queries: str, description: str = "") -> PanelSpec:
@@ -46,7 +45,7 @@ def _table(spec: PanelSpec, units: dict[str, str]) -> core.Panel:
 
 
 def build(config: Config) -> core.Dashboard:
-    job = influx_job_filter(config)
+    job = job_filter(config)
     layout = g.Layout()
 
     layout.row("Slurm")
@@ -68,13 +67,12 @@ def build(config: Config) -> core.Dashboard:
             _influx(
                 "Darshan job summary",
                 "short",
-                'SELECT last("nprocs") AS "ranks", last("runtime") AS "runtime", '
-                'last("total_bytes_read") AS "bytes read", '
-                'last("total_bytes_written") AS "bytes written", last("total_reads") AS "reads", '
-                'last("total_writes") AS "writes", last("exe") AS "executable", '
-                'last("modules") AS "modules", last("partial_modules") AS "partial modules" '
-                f'FROM "darshan_job" WHERE {job} GROUP BY *',
-                description="One row per Darshan log of the job (tag `log`; signals spec v2.2).",
+                'SELECT "log", "nprocs" AS "ranks", "runtime", '
+                '"total_bytes_read" AS "bytes read", "total_bytes_written" AS "bytes written", '
+                '"total_reads" AS "reads", "total_writes" AS "writes", "exe" AS "executable", '
+                '"modules", "partial_modules" AS "partial modules" '
+                f'FROM "darshan_job" WHERE {job}',
+                description="One row per Darshan log of the job (`log`; signals spec v2.2).",
             ),
             {"runtime": "s", "bytes read": "bytes", "bytes written": "bytes"},
         ),
@@ -86,8 +84,8 @@ def build(config: Config) -> core.Dashboard:
             _influx(
                 "Signals not available (NA reasons)",
                 "short",
-                'SELECT last("na_reasons") AS "NA reasons" FROM "darshan_module" '
-                f'WHERE {job} GROUP BY "module", "log"',
+                'SELECT "module", "log", "na_reasons" AS "NA reasons" FROM "darshan_module" '
+                f"WHERE {job} AND {has_any('na_reasons')}",
                 description="Signals left out of the points, with the spec's reason.",
             ),
             {},
@@ -106,10 +104,11 @@ def build(config: Config) -> core.Dashboard:
                 _influx(
                     title,
                     unit,
-                    f'SELECT last("{read}") AS "read", last("{write}") AS "write" '
-                    f'FROM "darshan_module" WHERE {job} GROUP BY "module", "log"',
-                    description=f"Darshan module signals ({note}).",
-                )
+                    f'SELECT "module", "log", "{read}" AS "read", "{write}" AS "write" '
+                    f'FROM "darshan_module" WHERE {job} AND {has_any(read, write)}',
+                    description=f"Darshan module signals ({note}), per module and log.",
+                ),
+                rows=True,
             ),
             width=8,
         )
@@ -172,7 +171,7 @@ def build(config: Config) -> core.Dashboard:
             _influx(
                 "Recorder: top files by accesses",
                 "short",
-                'SELECT top("accesses", "file", 10) AS "accesses", "ranks", "time_seconds" '
+                'SELECT top("accesses", 10) AS "accesses", "file", "ranks", "time_seconds" '
                 f'FROM "recorder_file" WHERE {job}',
                 description="Files by traced accesses, with ranks and time.",
             ),
@@ -185,7 +184,7 @@ def build(config: Config) -> core.Dashboard:
             _influx(
                 "VizTracer: top functions by time",
                 "s",
-                'SELECT top("total_time_seconds", "function", 10) AS "total", '
+                'SELECT top("total_time_seconds", 10) AS "total", "function", '
                 f'"self_time_seconds" AS "self", "calls" FROM "viztracer_function" WHERE {job}',
                 description="Cleaned Python trace: inclusive and self time.",
             ),
@@ -198,10 +197,9 @@ def build(config: Config) -> core.Dashboard:
             _influx(
                 "VizTracer: trace summary",
                 "short",
-                'SELECT last("events_in") AS "events in", last("events_out") AS "events out", '
-                'last("reduction_ratio") AS "reduction", last("time_error_ratio") AS '
-                '"time error", last("total_duration_seconds") AS "duration" '
-                f'FROM "viztracer_summary" WHERE {job} GROUP BY "trace"',
+                'SELECT "trace", "events_in" AS "events in", "events_out" AS "events out", '
+                '"reduction_ratio" AS "reduction", "time_error_ratio" AS "time error", '
+                f'"total_duration_seconds" AS "duration" FROM "viztracer_summary" WHERE {job}',
                 description="What the cleaning kept and the error it costs on total time.",
             ),
             {"reduction": "percentunit", "time error": "percentunit", "duration": "s"},

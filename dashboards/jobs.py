@@ -56,11 +56,13 @@ def _spec(title: str, unit: str, query: str, description: str, legend: str = "")
 
 
 def job_table(config: Config) -> core.Panel:
+    # one job row per job (a rerun of the hook stamps it the same): the worst LISTED rows,
+    # with the job id field (issue 31: not a tag, so not top()'s tag argument)
     fields = ", ".join(f'"{name}"' for name, _ in COLUMNS[1:])
     spec = _spec(
         "Finished jobs by I/O score",
         "none",
-        f'SELECT top("score", "jobid", {LISTED}) AS "score", {fields} FROM "{MEASUREMENT}" '
+        f'SELECT top("score", {LISTED}) AS "score", "jobid", {fields} FROM "{MEASUREMENT}" '
         f"WHERE {_where(config, JOB_ROWS)}",
         f"The {LISTED} worst jobs that started in the time range, by the hook's I/O score"
         ' (0 = no high or warn insight; one full high insight 50; README "I/O score") with'

@@ -1,6 +1,7 @@
 """Slurm's view of finished jobs (the epilog hook's ``slurm_job`` points, one per job, with or
 without any I/O log): the job list's tables of finished and failed jobs, and the drill-down's
-first panel. Job names are the user's text: selected and shown, never put in a query."""
+first panel. Job names are the user's text: selected and shown, never put in a query. The job
+id is a field of slurm_job (issue 31: no tag that is new with every job), selected as a column."""
 
 from __future__ import annotations
 

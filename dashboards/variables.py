@@ -99,9 +99,46 @@ def overview_variables(config: Config) -> list[core.Template]:
     return variables
 
 
+# Where a finished job's points lie (post_job/layout.py): the hidden variables ``jobfirst``
+# and ``joblast`` hold the first and the last whole second of its stamps, and ``user`` its
+# user, from its job_index points; every post-job query of the drill-down reads its points
+# within them. Seconds, not the stamps' nanoseconds: a variable's number goes through a
+# JavaScript number, exact to 2^53 only, and every point keeps its second (the lattice is in
+# the nanoseconds).
+JOB_INDEX = "job_index"
+JOB_WINDOW = "time >= ${jobfirst}s AND time < ${joblast}s + 1s"
+_NS = 1_000_000_000
+
+
+def _whole_second(aggregate: str) -> str:
+    """The second of an integer ns stamp, exactly (the remainder is taken before the division,
+    which makes a float: a float division alone would round x.999999999 up to x + 1)."""
+    return f"({aggregate} - {aggregate} % {_NS}) / {_NS}"
+
+
+def job_filter(config: Config) -> str:
+    """The chosen job's points: its ``jobid`` field within its window, in its user's series
+    (the hook tags every point of a job with its user, on every node; none without a user,
+    which ``"user" = ''`` selects). InfluxDB reads every series the tags select over the
+    window: without the window, all time; without the user, every user's series of the
+    measurement in the window's shards, tens of milliseconds a panel at a site's scale."""
+    cluster = f" AND \"cluster\" = '{config.cluster}'" if config.cluster else ""
+    return f"\"jobid\" = '$jobid' AND \"user\" = '$user'{cluster} AND {JOB_WINDOW}"
+
+
+def has_any(*fields: str) -> str:
+    """A condition: the point has one of ``fields`` (InfluxQL has no IS NOT NULL; a field
+    equals itself only where the point has it). Rows of a raw SELECT that names the job id
+    field come back when every figure is missing, which its tag never did."""
+    either = " OR ".join(f'"{name}" = "{name}"' for name in fields)
+    return f"({either})" if len(fields) > 1 else either
+
+
 def job_variables(config: Config) -> list[core.Template]:
-    """The job dashboard: one job, chosen from the jobs the post-job hook wrote."""
-    cluster = f" WHERE cluster = '{config.cluster}'" if config.cluster else ""
+    """The job dashboard: one job, chosen from the jobs the post-job hook indexed (job_index,
+    tagged by job id), its user and its window (hidden: they follow $jobid, not the time
+    range, which a link from a list of jobs sets to that list's range)."""
+    cluster = f" AND \"cluster\" = '{config.cluster}'" if config.cluster else ""
     variables = [
         datasource_variable(INFLUXDB, "InfluxDB", config.influxdb_datasource_uid),
         datasource_variable(PROMETHEUS, "Prometheus", config.prometheus_datasource_uid),
@@ -112,16 +149,33 @@ def job_variables(config: Config) -> list[core.Template]:
                 "cluster", f"label_values({m.JOBSTATS_UP}, {config.cluster_label})", "Cluster"
             )
         )
+    where_cluster = f" WHERE \"cluster\" = '{config.cluster}'" if config.cluster else ""
     variables.append(
         core.Template(
             name="jobid",
             label="Job",
-            query=f'SHOW TAG VALUES WITH KEY = "jobid"{cluster}',
+            query=f'SHOW TAG VALUES FROM "{JOB_INDEX}" WITH KEY = "jobid"{where_cluster}',
             dataSource=datasource(INFLUXDB),
             refresh=1,
             sort=3,
         )
     )
+    this_job = f"WHERE \"jobid\" = '$jobid'{cluster}"
+    for name, label, selected in (
+        ("user", "User", 'last("user")'),
+        ("jobfirst", "Job's first second", _whole_second('min("first")')),
+        ("joblast", "Job's last second", _whole_second('max("last")')),
+    ):
+        variables.append(
+            core.Template(
+                name=name,
+                label=label,
+                query=f'SELECT {selected} FROM "{JOB_INDEX}" {this_job}',
+                dataSource=datasource(INFLUXDB),
+                refresh=1,
+                hide=2,
+            )
+        )
     return variables
 
 

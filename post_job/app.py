@@ -143,8 +143,8 @@ def identify(points: list[Point], job: JobContext) -> list[Point]:
         return points
     for point in points:
         point.tags.update(extra)
-    if app is None:
-        return points
+    if app is None or job.node:
+        return points  # app_run sums the job: its first node's run alone writes it
     run = run_point(points, {**job.base_tags(), **extra})
     return points + [run] if run is not None else points
 

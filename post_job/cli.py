@@ -3,7 +3,8 @@
 Exit status: 0 when every point was written or safely spooled, 1 when something went wrong
 (a source error, lines rejected or lost; the reasons are on stderr), 2 for bad usage (one line).
 In ``--slurm-epilog`` mode the status is 0 whatever happened, unless ``--strict`` or the
-config's ``strict: true`` asks for the statuses above.
+config's ``strict: true`` asks for the statuses above. ``migrate`` (issue 31's layout, see
+migrate.py): 0 when every job was migrated, 1 when some were not (named), 2 for bad usage.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from hpcmon.post_job.app import app_name_problem
 from hpcmon.post_job.delivery import WriterSettings, flush
 from hpcmon.post_job.hook import RunReport, run_job
 from hpcmon.post_job.lifetime import (
+    GUARD,
     PROG,
     Watchdog,
     configure_logging,
@@ -101,7 +103,8 @@ def build_parser() -> _Parser:
         prog=PROG,
         description="Turn a finished job's Darshan, Recorder, VizTracer and GEOPM data into "
         f"InfluxDB points. '{PROG} flush --spool-dir DIR <writers>' replays the "
-        "spool.",
+        f"spool; '{PROG} migrate --influx.v1-url URL --influx.database DB' moves a "
+        "database written before issue 31 to the current layout.",
     )
     parser.add_argument("--job-id", dest="job_id", metavar="ID")
     parser.add_argument("--cluster", metavar="NAME")
@@ -177,6 +180,49 @@ def build_flush_parser() -> _Parser:
         "(instead of the flags below)",
     )
     add_writer_arguments(parser)
+    return parser
+
+
+def build_migrate_parser() -> _Parser:
+    parser = _Parser(
+        prog=f"{PROG} migrate",
+        description="Move an InfluxDB 1.x database written by an earlier release (per-job "
+        "tags) to the current layout, job by job: a job's old series are dropped only once "
+        "its new points are written, so it can be stopped at any time and run again.",
+    )
+    group = parser.add_argument_group("InfluxDB 1.x (basic auth: INFLUX_USERNAME/INFLUX_PASSWORD)")
+    add_influx_arguments(
+        group,
+        v2_help="not for migrate (InfluxDB 1.x only)",
+        v1_help="InfluxDB 1.x base URL (required)",
+    )
+    add_flag(group, option("writers", "batch_size"))
+    add_flag(group, option("writers", "request_timeout_seconds"))
+    parser.add_argument(
+        "--cluster", metavar="NAME", help="migrate only this cluster's jobs (tag cluster)"
+    )
+    add_flag(parser, option("", "time_limit_seconds"))
+    parser.add_argument(
+        "--progress-every",
+        dest="progress_every",
+        type=int,
+        default=100,
+        metavar="N",
+        help="a progress line every N jobs (default 100)",
+    )
+    parser.add_argument(
+        "--jobs-per-drop",
+        dest="jobs_per_drop",
+        type=int,
+        default=50,
+        metavar="N",
+        help="jobs whose old series one DROP SERIES removes, once their new points are all "
+        "written (default 50; a kill costs at most these jobs' rewriting)",
+    )
+    parser.add_argument(
+        "--log.level", dest="log_level", default="info", choices=["debug", "info", "warn", "error"]
+    )
+    parser.set_defaults(output=None, spool_dir=None)
     return parser
 
 
@@ -339,6 +385,54 @@ def main_flush(argv: Sequence[str]) -> int:
     return EXIT_PROBLEMS if problems else EXIT_OK
 
 
+def main_migrate(argv: Sequence[str]) -> int:
+    from hpcmon.post_job.migrate import run_migration
+
+    parser = build_migrate_parser()
+    options = parser.parse_args(argv)
+    configure_logging(options.log_level)
+    try:
+        if options.influx_url or options.influx_token_file:
+            raise UsageError("migrate works on InfluxDB 1.x: --influx.v1-url, not --influx.url")
+        if not options.influx_v1_url:
+            raise UsageError("migrate needs --influx.v1-url URL and --influx.database DB")
+        if options.progress_every < 1 or options.jobs_per_drop < 1:
+            raise UsageError("--progress-every and --jobs-per-drop must be at least 1")
+        settings = writer_settings(options)
+    except UsageError as exc:
+        return _usage_error(str(exc))
+    GUARD.note = "rerun migrate: a job's old series go only once its new points are in"
+    with stop_on_sigterm(EXIT_PROBLEMS), Watchdog(options.time_limit, exit_code=EXIT_PROBLEMS):
+        try:
+            report = run_migration(
+                settings,
+                options.cluster or None,
+                sending_deadline(options.time_limit),
+                options.progress_every,
+                options.jobs_per_drop,
+            )
+        except Exception as exc:  # noqa: BLE001 - a bug must still end in one clear line
+            log.debug("migrate failed", exc_info=True)
+            log.error("migrate: internal error: %s; rerun to continue", type(exc).__name__)
+            return EXIT_PROBLEMS
+    if report.jobs == 0:
+        if report.stopped is not None:
+            log.error(
+                "migrate: cannot list the jobs to migrate: %s; nothing changed", report.stopped
+            )
+            return EXIT_PROBLEMS
+        log.info("migrate: no job has old-layout series: nothing to do")
+        return EXIT_OK
+    for job_id, reason in report.failed:
+        log.error("migrate: job %s not migrated: %s", job_id, reason)
+    if report.stopped is not None:
+        log.error(
+            "migrate: stopped: %s; %d job(s) left: rerun to continue", report.stopped, report.left
+        )
+    log.info("%s", report.summary())
+    return EXIT_PROBLEMS if report.failed or report.stopped is not None else EXIT_OK
+
+
 def main_epilog(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
     """``--slurm-epilog``: everything but the config path comes from Slurm and the config."""
     from hpcmon.post_job.epilog import run_epilog
@@ -362,6 +456,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if args[:1] == ["flush"]:
         return main_flush(args[1:])
+    if args[:1] == ["migrate"]:
+        return main_migrate(args[1:])
     parser = build_parser()
     if "--slurm-epilog" in args and "--strict" not in args:
         parser.usage_status = EXIT_OK

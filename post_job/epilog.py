@@ -181,7 +181,8 @@ def _run(config: EpilogConfig, env: Mapping[str, str], now: float | None, failur
     except ValueError as exc:
         log.error("job=%s %s; no input read", job.job_id, exc)
         return failure
-    job_wide = reads_job_inputs(slurm_node(env))
+    node = slurm_node(env)
+    job_wide = reads_job_inputs(node)
     if not job_wide and not any(s.scope == "node" for s in config.sources):
         log.debug("job=%s another node reads the job's inputs; nothing to do here", job.job_id)
         return 0
@@ -192,7 +193,8 @@ def _run(config: EpilogConfig, env: Mapping[str, str], now: float | None, failur
     requests = source_requests(config, job, now, SCOPES if job_wide else ("node",))
     if not job_wide and not requests:
         return 0
-    context = JobContext(job.job_id, config.cluster, job.user, epilog_app(config.app, job))
+    app = epilog_app(config.app, job)
+    context = JobContext(job.job_id, config.cluster, job.user, app, None if job_wide else node.name)
     record = [slurm_job_point(job, context)] if job_wide else []
     report = run_job(context, requests, settings, deadline, policy, record)
     log.info("job=%s done: points=%d problems=%d", job.job_id, report.points, len(report.problems))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from hpcmon.post_job.app import identify
 from hpcmon.post_job.delivery import DestinationReport, WriterSettings, ship
+from hpcmon.post_job.layout import stored_points
 from hpcmon.post_job.lifetime import GUARD
 from hpcmon.post_job.lines import points_to_lines
 from hpcmon.post_job.model import JobContext
@@ -54,7 +55,7 @@ def run_job(
     source reads (Slurm's view of it), tagged like the sources' points."""
     GUARD.note = "nothing of this run is spooled yet"
     output = collect(requests, job) if policy is None else collect_isolated(requests, job, policy)
-    output.points = identify([*output.points, *record], job)
+    output.points = stored_points(identify([*output.points, *record], job), job)
     lines, encode_problems = points_to_lines(output.points)
     report = RunReport(
         points=len(output.points), lines=len(lines), source_errors=output.errors + encode_problems

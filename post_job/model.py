@@ -18,6 +18,7 @@ class JobContext:
     cluster: str | None = None
     user: str | None = None
     app: str | None = None  # --app / the epilog's app:; else the Darshan executable (app.py)
+    node: str | None = None  # a node that reads only its own inputs (not the job's first)
 
     def base_tags(self) -> dict[str, str]:
         """Tags every point of this job carries (``jobid``, and ``cluster`` when configured)."""

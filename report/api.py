@@ -20,7 +20,7 @@ import numpy as np
 from hpcmon.dashboards.uids import JOB_UID  # the job dashboard's stable uid (plain constants)
 from hpcmon.report.darshan_log import darshan_from_logs
 from hpcmon.report.history import DEFAULT_RUNS, history_json, read_history
-from hpcmon.report.influx import InfluxReadError, InfluxSettings, read_job_rows
+from hpcmon.report.influx import APP_RUN, InfluxReadError, InfluxSettings, read_job_rows
 from hpcmon.report.insights import RULES, diagnose
 from hpcmon.report.model import JobData
 from hpcmon.report.prometheus import (
@@ -86,9 +86,9 @@ def collect(job_id: str, cluster: str | None, sources: Sources) -> JobData:
         if job.geopm is None:
             job.missing.append("GEOPM: no report points")
         if sources.history_runs > 0 and sources.influx is not None:
-            _collect_history(job, cluster, sources.influx, sources)
+            _collect_history(job, cluster, sources.influx, sources, rows.get(APP_RUN, []))
     if sources.darshan_logs:
-        from_logs, problems = darshan_from_logs(list(sources.darshan_logs))
+        from_logs, problems = darshan_from_logs(list(sources.darshan_logs), job_id, cluster)
         job.missing.extend(f"Darshan log: {p}" for p in problems)
         if from_logs is None and problems:
             job.unreadable.append("Darshan logs")
@@ -144,11 +144,12 @@ def searched(job: JobData, sources: Sources) -> str:
 
 
 def _collect_history(
-    job: JobData, cluster: str | None, influx: InfluxSettings, sources: Sources
+    job: JobData, cluster: str | None, influx: InfluxSettings, sources: Sources, own: list[dict]
 ) -> None:
+    """``own``: the job's ``app_run`` rows, read with its data."""
     try:
         job.history, why = read_history(
-            influx, job.job_id, cluster, sources.history_runs, sources.history_scope
+            influx, job.job_id, cluster, sources.history_runs, sources.history_scope, own=own
         )
     except InfluxReadError as exc:
         job.missing.append(f"history: {exc}")

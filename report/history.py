@@ -1,11 +1,14 @@
 """The job against the earlier runs of the same application (the hook's ``app_run`` points).
 
-Three small InfluxQL reads, each on tags the index answers directly: the job's own
-``app_run`` point (its app, user and start), the newest ``--history.runs`` earlier points of
-that app (and user, with scope ``user``), and the I/O score of those jobs from
-``job_diagnosis`` when it exists. A figure is flagged when this run is at least
-``REGRESSION_RATIO`` times, or at most 1/``REGRESSION_RATIO`` of, the earlier runs' median,
-with at least ``MIN_EARLIER_RUNS`` earlier values; a median of 0 flags any non-zero value.
+Small InfluxQL reads, each on tags the index answers directly or within a job's time window
+(post_job/layout.py: ``jobid`` is a field, a job is found through ``job_index``): the job's
+own ``app_run`` point (its app, user and start; read with the job's data, within its window),
+the newest ``--history.runs`` earlier points of that app (and user, with scope ``user``: one
+series), the windows of those jobs from ``job_index``, and their I/O score from
+``job_diagnosis`` within each window when it exists. A figure is flagged when this run is at
+least ``REGRESSION_RATIO`` times, or at most 1/``REGRESSION_RATIO`` of, the earlier runs'
+median, with at least ``MIN_EARLIER_RUNS`` earlier values; a median of 0 flags any non-zero
+value.
 """
 
 from __future__ import annotations
@@ -15,16 +18,22 @@ import statistics
 from dataclasses import dataclass, field
 
 from hpcmon.common.fields import finite_field
+from hpcmon.post_job.layout import INDEX, NS_PER_SECOND
 from hpcmon.report.influx import (
+    APP_RUN,
     InfluxReadError,
     InfluxSettings,
-    Rows,
+    JobIndex,
+    find_job,
+    index_of,
+    job_where,
     query_rows,
     quote_identifier,
     quote_literal,
+    source,
+    time_bounds,
 )
 
-APP_RUN = "app_run"  # written by hpcmon.post_job.app
 DIAGNOSIS = "job_diagnosis"  # written by the hook's Darshan source: score per job and insight
 DIAGNOSIS_JOB = "job"  # its ``insight`` tag on the per-job point
 SCOPES = ("user", "all")
@@ -86,8 +95,12 @@ def _where(**tags: str | None) -> str:
 
 
 def _from(settings: InfluxSettings, measurement: str) -> str:
-    rp = settings.retention_policy if settings.v1_url else None
-    return f"{quote_identifier(rp)}.{measurement}" if rp else measurement
+    return source(measurement, settings.retention_policy if settings.v1_url else None)
+
+
+def _stamp(row: dict) -> int:
+    time = row.get("time")
+    return time if type(time) is int else -1
 
 
 def read_history(
@@ -96,26 +109,32 @@ def read_history(
     cluster: str | None,
     runs: int = DEFAULT_RUNS,
     scope: str = "user",
+    *,
+    own: list[dict] | None = None,
 ) -> tuple[AppHistory | None, str | None]:
-    """(the history, None) or (None, why there is none). InfluxReadError when unreadable."""
-    own = query_rows(
-        settings,
-        f"SELECT * FROM {_from(settings, APP_RUN)} WHERE {_where(jobid=job_id, cluster=cluster)}",
-    ).get(APP_RUN, [])
-    own = [row for row in own if row.get("app")]
+    """(the history, None) or (None, why there is none). InfluxReadError when unreadable.
+    ``own``: the job's ``app_run`` rows when already read (with its data); else they are read
+    within the job's window."""
+    if own is None:
+        own = _own_runs(settings, job_id, cluster)
+    own = [row for row in own if row.get("app") and type(row.get("time")) is int]
     if not own:
         return (
             None,
             f"no {APP_RUN} point with an app tag for job {job_id}"
             " (written by a hook older than the app tag, or no Darshan/GEOPM data)",
         )
-    row = own[-1]
+    row = max(own, key=_stamp)
     app, user = str(row["app"]), row.get("user")
     current = run_from_row(row)
     where = _where(app=app, cluster=cluster)
     if scope == "user":
         where += f" AND {_where(user=user or '')}"  # '' = points without a user tag
-    where += f" AND jobid != {quote_literal(job_id)} AND time < {int(row['time'])}"
+    # the app's (and user's) own series, newest first (jobid is a field there); runs that
+    # started in an earlier second: a stamp's nanoseconds are the job's slot on the layout's
+    # lattice, not its time, and runs of one second (array tasks) ran side by side
+    second = int(row["time"]) // NS_PER_SECOND * NS_PER_SECOND
+    where += f" AND jobid != {quote_literal(job_id)} AND time < {second}"
     earlier = query_rows(
         settings,
         f"SELECT * FROM {_from(settings, APP_RUN)} WHERE {where} ORDER BY time DESC LIMIT {runs}",
@@ -125,17 +144,55 @@ def read_history(
     return history, None
 
 
-def _add_scores(settings: InfluxSettings, cluster: str | None, runs: list[AppRun]) -> None:
-    """The I/O score of each run from job_diagnosis (left null where there is none)."""
-    jobs = " OR ".join(f"jobid = {quote_literal(r.job_id)}" for r in runs)
-    # the job's own point (insight=job); the others score one insight each
-    where = f"({jobs}) AND {_where(insight=DIAGNOSIS_JOB, cluster=cluster)}"
-    rows: Rows = query_rows(
-        settings,
-        f"SELECT last(score) AS score FROM {_from(settings, DIAGNOSIS)} "
-        f"WHERE {where} GROUP BY jobid",
+def _own_runs(settings: InfluxSettings, job_id: str, cluster: str | None) -> list[dict]:
+    index = find_job(settings, job_id, cluster)
+    if index is None:
+        return []
+    query = (
+        f"SELECT * FROM {_from(settings, APP_RUN)} "
+        f"WHERE {job_where(job_id, cluster, index.tags)} AND {time_bounds(index.window)}"
     )
-    scores = {str(r.get("jobid")): finite_field(r, "score") for r in rows.get(DIAGNOSIS, [])}
+    return query_rows(settings, query).get(APP_RUN, [])
+
+
+def run_windows(
+    settings: InfluxSettings, cluster: str | None, jobs: list[str]
+) -> dict[str, JobIndex]:
+    """job id -> its index (window, series), from the ``job_index`` series of those jobs
+    (tags: one read)."""
+    if not jobs:
+        return {}
+    either = " OR ".join(f"jobid = {quote_literal(job)}" for job in jobs)
+    where = f"({either})" + (f" AND {_where(cluster=cluster)}" if cluster else "")
+    rows = query_rows(settings, f"SELECT * FROM {_from(settings, INDEX)} WHERE {where}")
+    by_job: dict[str, list[dict]] = {}
+    for index in rows.get(INDEX, []):
+        by_job.setdefault(str(index.get("jobid")), []).append(index)
+    windows: dict[str, JobIndex] = {}
+    for job, found in by_job.items():
+        index = index_of(found)
+        if index is not None:
+            windows[job] = index
+    return windows
+
+
+def _add_scores(settings: InfluxSettings, cluster: str | None, runs: list[AppRun]) -> None:
+    """The I/O score of each run from job_diagnosis (left null where there is none): the
+    job's own point (insight=job; the others score one insight each) within its window."""
+    windows = run_windows(settings, cluster, sorted({r.job_id for r in runs if r.job_id}))
+    statements = [
+        f'SELECT "score", "jobid" FROM {_from(settings, DIAGNOSIS)} '
+        f"WHERE {_where(insight=DIAGNOSIS_JOB)} AND {job_where(job, cluster, index.tags)} "
+        f"AND {time_bounds(index.window)}"
+        for job, index in sorted(windows.items())
+    ]
+    rows = query_rows(settings, ";".join(statements)).get(DIAGNOSIS, []) if statements else []
+    newest: dict[str, dict] = {}
+    for row in rows:
+        job = str(row.get("jobid"))
+        if "score" in row and (job not in newest or _stamp(row) >= _stamp(newest[job])):
+            newest[job] = row
+    scores = {job: finite_field(row, "score") for job, row in newest.items()}
     for run in runs:
         run.figures["io_score"] = scores.get(run.job_id)
 

@@ -5,6 +5,12 @@ INFLUX_USERNAME/INFLUX_PASSWORD. InfluxDB 2.x/3.x: the same InfluxQL through the
 compatibility ``/query`` endpoint (bucket as database, ``Authorization: Token``; 2.x needs the
 bucket's DBRP mapping, which it creates for new buckets), so one query path serves both APIs.
 The result is plain rows: ``{measurement: [{"time": ns, tag: value, field: value, ...}]}``.
+
+A job is found through its ``job_index`` points (post_job/layout.py), the one series a job
+adds: their ``first`` and ``last`` stamps bound the job's points. The job's data is then read
+with ``jobid`` (a field) and that time window, which touches only the job's bounded series
+for that time; without a time bound the same filter would scan every series over all time.
+A job without index points has no data here.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpcmon.post_job.layout import INDEX
 from hpcmon.report.http import ReadError, read_json
 
 MEASUREMENTS = (
@@ -33,7 +40,9 @@ MEASUREMENTS = (
     "geopm_totals",
 )
 
+APP_RUN = "app_run"  # read with the job's data: the history's own run (report/history.py)
 Rows = dict[str, list[dict]]
+Window = tuple[int, int]  # the first and last stamp (ns) of a job's points
 
 
 class InfluxReadError(Exception):
@@ -72,12 +81,87 @@ def quote_identifier(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def job_queries(job_id: str, cluster: str | None, rp: str | None) -> str:
-    where = f"jobid = {quote_literal(job_id)}"
+def job_where(job_id: str, cluster: str | None, tags: dict[str, str] | None = None) -> str:
+    """``jobid`` (a field), ``cluster``, and the job's ``tags`` from its index (user and app:
+    '' selects the series without that tag), which narrow the scan to the job's own series
+    of user and app instead of every series in the window's shards."""
+    where = f"{quote_identifier('jobid')} = {quote_literal(job_id)}"
     if cluster:
-        where += f" AND cluster = {quote_literal(cluster)}"
-    prefix = f"{quote_identifier(rp)}." if rp else ""
-    return ";".join(f"SELECT * FROM {prefix}{m} WHERE {where}" for m in MEASUREMENTS)
+        where += f" AND {quote_identifier('cluster')} = {quote_literal(cluster)}"
+    for key, value in sorted((tags or {}).items()):
+        where += f" AND {quote_identifier(key)} = {quote_literal(value)}"
+    return where
+
+
+def source(measurement: str, rp: str | None) -> str:
+    """``measurement`` in retention policy ``rp`` (the database's default when None)."""
+    name = quote_identifier(measurement)
+    return f"{quote_identifier(rp)}.{name}" if rp else name
+
+
+def index_query(job_id: str, cluster: str | None, rp: str | None) -> str:
+    """The job's ``job_index`` points: ``jobid`` and ``cluster`` are that series' tags."""
+    return f"SELECT * FROM {source(INDEX, rp)} WHERE {job_where(job_id, cluster)}"
+
+
+def job_queries(
+    job_id: str,
+    cluster: str | None,
+    rp: str | None,
+    window: Window,
+    measurements: frozenset[str] | None = None,
+    tags: dict[str, str] | None = None,
+) -> str:
+    """One statement per measurement (those of ``measurements`` alone when given): the
+    job's points within its window and series."""
+    where = f"{job_where(job_id, cluster, tags)} AND {time_bounds(window)}"
+    wanted = [m for m in (*MEASUREMENTS, APP_RUN) if measurements is None or m in measurements]
+    return ";".join(f"SELECT * FROM {source(m, rp)} WHERE {where}" for m in wanted)
+
+
+def time_bounds(window: Window) -> str:
+    return f"time >= {int(window[0])} AND time <= {int(window[1])}"
+
+
+@dataclass(frozen=True)
+class JobIndex:
+    """What a job's ``job_index`` points say: where its points lie, in which measurements."""
+
+    window: Window
+    measurements: frozenset[str] | None  # None: not said by every index point (read all)
+    tags: dict[str, str] | None = None  # user and app of the job's points ('' = none)
+
+
+def index_of(index_rows: list[dict]) -> JobIndex | None:
+    """[min first, max last] of a job's index points (one per hook run) and the union of
+    their measurements; None without any (rows whose stamps are no integers are damaged,
+    and left out)."""
+    firsts = [t for r in index_rows if (t := _stamp(r.get("first"))) is not None]
+    lasts = [t for r in index_rows if (t := _stamp(r.get("last"))) is not None]
+    if not firsts or not lasts or min(firsts) > max(lasts):
+        return None
+    named = [r.get("measurements") for r in index_rows]
+    measurements = None
+    if all(isinstance(text, str) for text in named):
+        measurements = frozenset(m for text in named for m in text.split(",") if m)
+    tags = {}
+    for key in ("user", "app"):
+        values = {r.get(key) for r in index_rows}
+        if len(values) != 1 or not isinstance(next(iter(values)), str | None):
+            return JobIndex((min(firsts), max(lasts)), measurements)  # they disagree: all
+        tags[key] = next(iter(values)) or ""
+    return JobIndex((min(firsts), max(lasts)), measurements, tags)
+
+
+def _stamp(value) -> int | None:
+    """An index stamp (int ns; a float only when whole), else None."""
+    if type(value) is float and value.is_integer():
+        value = int(value)
+    return value if type(value) is int and -(2**63) <= value < 2**63 else None
+
+
+def _policy(settings: InfluxSettings) -> str | None:
+    return settings.retention_policy if settings.v1_url else None
 
 
 def _request(settings: InfluxSettings, query: str) -> urllib.request.Request:
@@ -120,9 +204,30 @@ def _token(settings: InfluxSettings) -> str | None:
     return os.environ.get("INFLUX_TOKEN")
 
 
-def read_job_rows(settings: InfluxSettings, job_id: str, cluster: str | None = None) -> Rows:
-    """Every post-job point of the job, by measurement (empty lists when none)."""
-    query = job_queries(job_id, cluster, settings.retention_policy if settings.v1_url else None)
+def find_job(settings: InfluxSettings, job_id: str, cluster: str | None = None) -> JobIndex | None:
+    """The job's ``job_index`` points; None: no such job."""
+    rows = query_rows(settings, index_query(job_id, cluster, _policy(settings)))
+    return index_of(rows.get(INDEX, []))
+
+
+def read_job_rows(
+    settings: InfluxSettings,
+    job_id: str,
+    cluster: str | None = None,
+    index: JobIndex | None = None,
+) -> Rows:
+    """Every post-job point of the job, by measurement (empty lists when none, as for a job
+    without index points), plus its ``app_run`` points. ``index``: the job's, when known
+    (``find_job``); else it is read first."""
+    if index is None:
+        index = find_job(settings, job_id, cluster)
+    if index is None:
+        return {m: [] for m in MEASUREMENTS}
+    query = job_queries(
+        job_id, cluster, _policy(settings), index.window, index.measurements, index.tags
+    )
+    if not query:  # the job's points are in measurements the report does not read
+        return {m: [] for m in MEASUREMENTS}
     return query_rows(settings, query)
 
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from hpcmon.common.fields import finite_field
 from hpcmon.post_job.darshan.record import RULE_INPUTS, prefix
+from hpcmon.post_job.layout import NS_PER_SECOND, SLOT_WIDTH
 from hpcmon.report.influx import MEASUREMENTS, Rows
 from hpcmon.report.model import (
     FILE_COLUMNS,
@@ -30,8 +31,6 @@ from hpcmon.report.model import (
     SlurmView,
     TracedFile,
 )
-
-NS = 1e9
 
 
 def rows_from_points(points: Iterable) -> Rows:
@@ -227,6 +226,11 @@ def _ranks(rank_rows: list[dict]) -> dict[int, tuple[float, float, float]]:
 
 
 def _heatmaps(heatmap_rows: list[dict], bin_rows: list[dict]) -> list[HeatmapSeries]:
+    """A series per heatmap point (log, submodule); its bins are the bin points of the same
+    log and submodule, placed by their ``bin`` field. Stored times keep only their second
+    (post_job/layout.py: the nanoseconds are the job's slot and a point's place), so a bin is
+    matched to its heatmap by seconds: from the heatmap's to the end of its last bin, plus the
+    seconds a place may carry over (the heatmap of another run of one log name starts later)."""
     widths = {}
     for row in heatmap_rows:
         key = (str(row.get("log", "")), str(row.get("module")), _int(row.get("time")))
@@ -242,14 +246,15 @@ def _heatmaps(heatmap_rows: list[dict], bin_rows: list[dict]) -> list[HeatmapSer
             continue
         read = np.zeros(nbins)
         write = np.zeros(nbins)
-        end_ns = start_ns + nbins * width * NS
+        first = start_ns // NS_PER_SECOND
+        last = first + math.ceil(nbins * width) + 1 + nbins // SLOT_WIDTH
         for row in bins_by_key.get((log, module), []):
-            t = _int(row.get("time"))
+            second = _int(row.get("time")) // NS_PER_SECOND
             k = _int(row.get("bin"), default=-1)
-            if start_ns <= t < end_ns and 0 <= k < nbins:
+            if first <= second <= last and 0 <= k < nbins:
                 read[k] += _finite_or_zero(_num(row, "read_bytes"))
                 write[k] += _finite_or_zero(_num(row, "write_bytes"))
-        series.append(HeatmapSeries(module, start_ns / NS, float(width), read, write))
+        series.append(HeatmapSeries(module, float(first), float(width), read, write))
     return series
 
 
@@ -300,10 +305,9 @@ def geopm_from_rows(rows: Rows) -> GeopmEnergy | None:
             energy += _finite([_num(row, name)])
     runtime = max(_finite(_num(r, "runtime_seconds") for r in totals), 0.0)
     hosts = len({str(r.get("host")) for r in totals})
-    start = _finite([-_num(r, "time") for r in totals], default=np.nan)
-    return GeopmEnergy(
-        hosts, float(energy), float(runtime), -start / NS if np.isfinite(start) else None
-    )
+    first = min((_int(r.get("time"), default=-1) for r in totals), default=-1)
+    start = float(first // NS_PER_SECOND) if first >= 0 else None  # its second (the layout's)
+    return GeopmEnergy(hosts, float(energy), float(runtime), start)
 
 
 def _text(value) -> str | None:

@@ -131,7 +131,9 @@ def test_each_role_installs_and_runs(role: tuple[str, Path], tmp_path: Path) -> 
         hook = _run(bin_dir, "hpcmon-post-job", "--job-id", "1", "--darshan", str(log))
         assert hook.returncode == 0, hook.stderr
         assert any(
-            line.startswith("job_diagnosis,") and ",insight=small_reads,jobid=1" in line
+            line.startswith("job_diagnosis,")
+            and ",insight=small_reads" in line
+            and 'jobid="1"' in line
             for line in hook.stdout.splitlines()
         )
     if extra == "exporter":  # a flush needs the writer's library, imported when it is set up

@@ -15,8 +15,10 @@ from hpcmon.dashboards import generate, lint
 from hpcmon.post_job.app import APP_RUN, app_name_problem
 from hpcmon.post_job.darshan.diagnosis import JOB_TAG
 from hpcmon.post_job.darshan.diagnosis import MEASUREMENT as DIAGNOSIS
+from hpcmon.post_job.layout import stored_points
+from hpcmon.post_job.model import JobContext
 from hpcmon.post_job.points import Point, to_lines
-from tests.dashboards.test_dashboards_influxql import grafana_variables
+from tests.dashboards.test_dashboards_influxql import _scores, grafana_variables
 from tests.report.test_report_history import DATABASE, RUNS, write_runs
 
 pytestmark = pytest.mark.integration
@@ -53,13 +55,7 @@ def _row(influx, job: str, db: str = DATABASE) -> dict[str, list[dict]]:
 def test_job_dashboard_application_row(written) -> None:
     """2305's row: alice's runs that started up to it, newest first (not 2306 and 2307, which
     came later; not bob's), with the hook's own scores; 2307's row has all of alice's runs."""
-    scores = {
-        s["tags"]["jobid"]: s["values"][0][1]
-        for s in written.series(
-            'SELECT "score" FROM "job_diagnosis" WHERE "insight" = \'job\' GROUP BY "jobid"',
-            db=DATABASE,
-        )
-    }
+    scores = {job: score for job, (_, score) in _scores(written, DATABASE).items()}
     for job, runs in (("2305", ["2305", "2304", "2303", "2301"]), ("2307", ALICE[::-1])):
         answers = _row(written, job)
         assert len(answers) == 7  # the table and six charts
@@ -82,22 +78,28 @@ _NAMES = st.one_of(st.text(_RISKY, min_size=1, max_size=30), st.text(min_size=1,
 _COUNT = itertools.count(1)
 
 
-@settings(max_examples=60)
+@settings(max_examples=60, deadline=None)  # a dozen queries per example
 @given(name=_NAMES)
 def test_any_accepted_app_name_keeps_every_query_its_own(names_db, name: str) -> None:
     """An app name the hook accepts, written as the hook writes it and substituted as Grafana
     substitutes it, selects that app's run in every query of the row: it cannot end the
-    string, escape it, or reach another app's runs."""
+    string, escape it, or reach another app's runs (as the hook stores them, with the job's
+    job_index point, whose app field the row's variable reads)."""
     assume(app_name_problem(name) is None)
     n = next(_COUNT)
     job, user = str(9000 + n), f"user{n}"  # one user per example: its run is the only one
     tags = {"jobid": job, "app": name, "user": user}
     fields = {"start_time": 1.7e9 + n, "runtime": 1.0, "bytes_read": 1.0, "bytes_written": 2.0}
     fields |= {"reads": 1.0, "writes": 2.0, "metadata_time_share": 0.5, "energy_joules": 3.0}
-    points = [
-        Point(APP_RUN, tags, fields, (1_700_000_000 + n) * NS),
-        Point(DIAGNOSIS, {**tags, "insight": JOB_TAG}, {"score": 1.0}, (1_700_000_000 + n) * NS),
-    ]
+    points = stored_points(
+        [
+            Point(APP_RUN, tags, fields, (1_700_000_000 + n) * NS),
+            Point(
+                DIAGNOSIS, {**tags, "insight": JOB_TAG}, {"score": 1.0}, (1_700_000_000 + n) * NS
+            ),
+        ],
+        JobContext(job, None, user, name),
+    )
     request = urllib.request.Request(
         f"{names_db.url}/write?db={NAMES}", data=to_lines(points).encode(), method="POST"
     )
@@ -118,7 +120,8 @@ def test_longterm_regressed_applications(written) -> None:
     [(_, query)] = _queries("hpcmon-longterm", "app_run")
     regressed = 1622673798 * NS  # 2305 started then: 32x the bytes of alice's earlier runs
     until_then = lint.substitute_variables(
-        query, {"timeFilter": f"time >= 0 AND time <= {regressed}"}
+        query,
+        {"timeFilter": f"time >= 0 AND time < {regressed + NS}"},  # its slot of the second
     )
     [series] = written.series(until_then, db=DATABASE)
     rows = [dict(zip(series["columns"], row, strict=True)) for row in series["values"]]

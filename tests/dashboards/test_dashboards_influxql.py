@@ -1,8 +1,9 @@
 """Every InfluxQL of the job drill-down returns series on a real InfluxDB 1.6.7 after the real
 post-job hook wrote a job's bundled Darshan, Recorder, VizTracer and GEOPM data, with an
 earlier and a later run of the job's application (other bundled Darshan logs, other scores),
-and the epilog's slurm_job point of each (``slurm_job_point``, through ``Point.to_line``) plus
-one job Slurm ended with no I/O log at all."""
+and the epilog's slurm_job point of each (``slurm_job_point``, stored as the hook stores it:
+post_job/layout.py, through ``Point.to_line``) plus one job Slurm ended with no I/O log at all.
+The job id is a field of every point but job_index's (issue 31)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import pytest
 from devtools.demo import POST_JOB_INPUTS
 from hpcmon.dashboards import config as dashboards_config
 from hpcmon.dashboards import generate, jobs, lint
+from hpcmon.post_job.layout import NS_PER_SECOND, SLOT_WIDTH, job_slot, stored_points
+from hpcmon.post_job.model import JobContext
 from hpcmon.post_job.slurm import SlurmJob
 from tests.report.report_database import slurm_point, write_points
 
@@ -42,9 +45,10 @@ NAME = 'e3sm "big" run <b>\\'  # the user's text: read back, never part of a que
 
 
 def slurm_jobs(starts: dict[str, int]) -> dict[str, SlurmJob]:
-    """Slurm's view of each job, started when its diagnosis says (ns): the demo job
+    """Slurm's view of each job, started in the second its diagnosis says (ns): the demo job
     succeeded, the earlier run exited 3, the later one was killed by SIGKILL; the Slurm-only
     job started a day after the demo job and succeeded."""
+    starts = {job: start // NS_PER_SECOND * NS_PER_SECOND for job, start in starts.items()}
     starts = {**starts, SLURM_ONLY: starts[JOB] + 86400 * 10**9}
     ended = {EARLIER: {"exit_code": 3}, LATER: {"exit_signal": 9}, SLURM_ONLY: {"nodelist": "n3"}}
     common = {"partition": "compute", "nodelist": "n[1-2]", "num_nodes": 2, "account": "proj"}
@@ -57,6 +61,23 @@ def slurm_jobs(starts: dict[str, int]) -> dict[str, SlurmJob]:
 
 
 FAILED = [EARLIER, LATER]
+
+
+def slurm_stamp(job: SlurmJob) -> int:
+    """Where the hook stores the job's slurm_job point: its start's second, its slot."""
+    return int(job.start) * NS_PER_SECOND + job_slot(job.job_id) * SLOT_WIDTH
+
+
+def stored_slurm_points(jobs: list[SlurmJob], cluster: str = "demo") -> list:
+    """Each job's slurm_job point as the epilog's hook run stores it, with its job_index
+    point (a second one for a job the hook indexed already: one per hook run)."""
+    return [
+        point
+        for job in jobs
+        for point in stored_points(
+            [slurm_point(job, cluster=cluster)], JobContext(job.job_id, cluster, job.user)
+        )
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -73,15 +94,14 @@ def written(influxdb1, tmp_path_factory):
         run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr
     starts = {job: start for job, (start, _) in _scores(influxdb1).items()}
-    points = [slurm_point(job, cluster="demo") for job in slurm_jobs(starts).values()]
-    write_points(influxdb1, points, DATABASE)
+    write_points(influxdb1, stored_slurm_points(list(slurm_jobs(starts).values())), DATABASE)
     return influxdb1
 
 
 def grafana_variables(influx, board: dict, values: dict, db: str = DATABASE) -> dict:
     """The board's InfluxDB query variables resolved in order, as Grafana does: the first
     value of each (a tag value, or a SELECT's first column after time, as JavaScript prints
-    a number)."""
+    a number; none, empty, when the query found nothing)."""
     resolved = dict(values)
     for variable in board["templating"]["list"]:
         if variable.get("type") != "query" or variable["datasource"]["type"] != "influxdb":
@@ -89,7 +109,13 @@ def grafana_variables(influx, board: dict, values: dict, db: str = DATABASE) -> 
         if variable["name"] in resolved:  # chosen (the job id)
             continue
         series = influx.series(lint.substitute_variables(variable["query"], resolved), db=db)
+        if not series:
+            resolved[variable["name"]] = ""
+            continue
         value = series[0]["values"][0][1]
+        if isinstance(value, int) and not isinstance(value, bool):
+            # JavaScript reads every JSON number as a double: a stamp in ns is not exact
+            assert float(value) == value, f"{variable['name']} = {value}: not exact in Grafana"
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         resolved[variable["name"]] = str(value)
@@ -109,13 +135,15 @@ def _time_filter(influx) -> str:
     return f"time >= {first}ns AND time <= {last}ns"
 
 
-def _scores(influx) -> dict[str, tuple[int, float]]:
+def _scores(influx, db: str = DATABASE) -> dict[str, tuple[int, float]]:
     """job id -> (start ns, I/O score) of the hook's job_diagnosis job points."""
     series = influx.series(
-        'SELECT "score" FROM "job_diagnosis" WHERE "insight" = \'job\' GROUP BY "jobid"',
-        db=DATABASE,
+        'SELECT "score", "jobid" FROM "job_diagnosis" WHERE "insight" = \'job\'', db=db
     )
-    return {s["tags"]["jobid"]: tuple(s["values"][0]) for s in series}
+    rows = [row for s in series for row in s["values"]]
+    scores = {jobid: (time, score) for time, score, jobid in rows}
+    assert len(scores) == len(rows)  # one job point per job
+    return scores
 
 
 @pytest.mark.parametrize("cluster", ["", "demo"])
@@ -134,13 +162,7 @@ def test_the_application_row_shows_the_runs_up_to_the_job(written) -> None:
     influx = written
     board = generate.dashboards(dashboards_config.Config())["hpcmon-job"]
     values = grafana_variables(influx, board, {"jobid": JOB})
-    scores = {
-        s["tags"]["jobid"]: s["values"][0][1]
-        for s in influx.series(
-            'SELECT "score" FROM "job_diagnosis" WHERE "insight" = \'job\' GROUP BY "jobid"',
-            db=DATABASE,
-        )
-    }
+    scores = {job: score for job, (_, score) in _scores(influx).items()}
     assert scores[LATER] != scores[JOB] != scores[EARLIER]
     row = [(w, q) for w, q in lint.influxql_queries(board) if "$app" in q]
     assert len(row) == 7  # the table and six charts
@@ -224,14 +246,14 @@ def test_the_slurm_tables_list_every_finished_job_and_exactly_the_failed_ones(
     boards = generate.dashboards(config)
     board = boards["hpcmon-jobs"]
     slurm = slurm_jobs({job: start for job, (start, _) in _scores(influx).items()})
-    starts = [int(job.start * 1e9) for job in slurm.values()]
+    starts = [slurm_stamp(job) for job in slurm.values()]
     span = {"timeFilter": f"time >= {min(starts)}ns AND time <= {max(starts)}ns"}
     finished = _rows(influx, _panel(board, "Finished jobs"), span)
     assert [r["jobid"] for r in finished] == [LATER, SLURM_ONLY, JOB, EARLIER]  # newest first
     for row in finished:
         job = slurm[row["jobid"]]
         assert row == {
-            "time": int(job.start * 1e9),
+            "time": slurm_stamp(job),
             "jobid": job.job_id,
             "job name": NAME,  # quotes, a tag, a trailing backslash: as the user wrote it
             "user": USER,
@@ -253,7 +275,9 @@ def test_the_slurm_tables_list_every_finished_job_and_exactly_the_failed_ones(
     outside = {"timeFilter": f"time > {max(starts)}ns AND time <= now()"}
     assert _rows(influx, _panel(board, "Finished jobs"), outside) == []
     drill_down = _panel(boards["hpcmon-job"], "Slurm: the job")
-    [row] = _rows(influx, drill_down, {"jobid": SLURM_ONLY})
+    values = grafana_variables(influx, boards["hpcmon-job"], {"jobid": SLURM_ONLY})
+    assert (values["app"], values["user"], values["jobstart"]) == ("", USER, "")  # no app_run
+    [row] = _rows(influx, drill_down, values)
     assert (row["jobid"], row["nodes"], row["exit code"]) == (SLURM_ONLY, "n3", 0)
 
 
@@ -295,3 +319,76 @@ def test_a_misspelt_field_is_caught(written) -> None:
         db=DATABASE,
     )
     assert all(row[2] is None for row in series[0]["values"])
+
+
+# Two array tasks of one user and app that started in the same second (the same inputs): no
+# tag tells their points apart any more, only the jobid field and their slots of that second
+TWIN, OTHER_TWIN = "4201", "4202"
+ALONE, TWINS = "hpcmon_alone", "hpcmon_twins"
+
+
+@pytest.fixture(scope="module")
+def twins(influxdb1, tmp_path_factory):
+    spool = tmp_path_factory.mktemp("spool")
+    for db, job_ids in ((ALONE, [TWIN]), (TWINS, [TWIN, OTHER_TWIN])):
+        influxdb1.create_database(db)
+        for job in job_ids:
+            command = [
+                sys.executable, "-m", "hpcmon.post_job", "--job-id", job, "--cluster", "demo",
+                "--user", USER, *INPUTS,
+                "--influx.v1-url", influxdb1.url, "--influx.database", db,
+                "--spool-dir", str(spool),
+            ]  # fmt: skip
+            run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+            assert run.returncode == 0, run.stderr
+        starts = {job: start for job, (start, _) in _scores(influxdb1, db).items()}
+        assert len(set(s // NS_PER_SECOND for s in starts.values())) == 1  # the same second
+        slurm = [
+            SlurmJob(j, USER, "1000", s // NS_PER_SECOND * 1.0, None) for j, s in starts.items()
+        ]
+        write_points(influxdb1, stored_slurm_points(slurm), db)
+    return influxdb1
+
+
+def _answers(influx, board: dict, job: str, db: str) -> dict[str, list]:
+    """Every InfluxQL of the drill-down but the job list and the application row, with the
+    variables Grafana resolves for the job: where -> rows (column -> value; "stamp": the
+    row's time, which an alias "time" hides)."""
+    values = grafana_variables(influx, board, {"jobid": job}, db=db)
+    window = f"time >= {values['jobfirst']}s AND time < {values['joblast']}s + 1s"
+    values.update(timeFilter=window, __interval="1m")
+    return {
+        where: [
+            {"series": s.get("tags"), "stamp": row[0], **dict(zip(s["columns"], row, strict=True))}
+            for s in influx.series(lint.substitute_variables(query, values), db=db)
+            for row in s["values"]
+        ]
+        for where, query in lint.influxql_queries(board)
+        if "$app" not in query and where != "variable jobid"
+    }
+
+
+@pytest.mark.parametrize("cluster", ["", "demo"])
+def test_the_drill_down_of_one_of_two_jobs_started_in_the_same_second_shows_that_job(
+    twins, cluster
+) -> None:
+    """Each panel of one twin's drill-down answers what it answers with that job alone in the
+    database, and the other twin's answers are its own (its slot of the second)."""
+    influx = twins
+    config = dashboards_config.replace(dashboards_config.Config(), cluster=cluster)
+    board = generate.dashboards(config)["hpcmon-job"]
+    alone = _answers(influx, board, TWIN, ALONE)
+    assert sum(bool(rows) for rows in alone.values()) >= 15
+    assert _answers(influx, board, TWIN, TWINS) == alone
+    other = _answers(influx, board, OTHER_TWIN, TWINS)
+    assert other.keys() == alone.keys()
+    for where, rows in other.items():
+        assert len(rows) == len(alone[where]), where
+        stamps = [r["stamp"] for r in rows if r["stamp"] % NS_PER_SECOND]  # not aggregated
+        assert all(t % NS_PER_SECOND // SLOT_WIDTH == job_slot(OTHER_TWIN) for t in stamps), where
+    assert other["panel 'Slurm: the job' A"][0]["jobid"] == OTHER_TWIN
+    # the application row has both: the runs that started up to the job's second
+    values = grafana_variables(influx, board, {"jobid": TWIN}, db=TWINS)
+    [(_, query)] = [(w, q) for w, q in lint.influxql_queries(board) if "LIMIT 50" in q]
+    [series] = influx.series(lint.substitute_variables(query, values), db=TWINS)
+    assert sorted(row[1] for row in series["values"]) == [TWIN, OTHER_TWIN]

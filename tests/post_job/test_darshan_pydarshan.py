@@ -298,7 +298,9 @@ def test_partial_dxt_and_partial_stdio_are_valid_logs_exit_0(tmp_path: Path, cap
         line
         for line in text.splitlines()
         if line.startswith("darshan_module,")
-        and ",jobid=7,log=partial_data_stdio,module=STDIO " in line
+        and ",module=STDIO " in line
+        and 'jobid="7"' in line
+        and 'log="partial_data_stdio"' in line
     ]
     assert "partial=true" in stdio
 

@@ -96,7 +96,7 @@ def test_a_node_that_cannot_tell_reads_everything(tmp_path: Path) -> None:
 def test_a_job_without_any_input_still_has_its_record(tmp_path: Path) -> None:
     config = site(tmp_path, sources={})
     assert run_epilog(config, environ=slurm_env(SLURMD_NODENAME="n1", **NODES)) == 0
-    assert measurements(tmp_path) == {"slurm_job"}
+    assert measurements(tmp_path) == {"slurm_job", "job_index"}
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ import pytest
 
 from hpcmon.post_job import sources
 from hpcmon.post_job.cli import UsageError, build_parser, main, source_requests, writer_settings
+from hpcmon.post_job.layout import stored_points
 from hpcmon.post_job.lines import points_to_lines
 from hpcmon.post_job.model import JobContext, SourceOutput
 from hpcmon.post_job.points import Point, to_lines
@@ -249,9 +250,13 @@ def test_points_to_stdout_with_base_tags(json_source: Path, capsys) -> None:
         == 0
     )
     out = capsys.readouterr().out
+    # stored layout (post_job/layout.py): the job id a field, each point at its second
+    # (0) + the job's slot (55 x 10,000 ns) + its place in its series; then the job's index
     assert out == (
-        "demo,cluster=alpha,host=n1,jobid=55 n=3i,v=1.5 10\n"
-        'demo,cluster=alpha,jobid=55 s="a b" 20\n'
+        'demo,cluster=alpha,host=n1 jobid="55",n=3i,v=1.5 550000\n'
+        'demo,cluster=alpha jobid="55",s="a b" 550000\n'
+        'job_index,cluster=alpha,jobid=55 first=550000i,last=550000i,measurements="demo",'
+        "points=2i 550000\n"
     )
 
 
@@ -285,7 +290,10 @@ def test_missing_or_broken_source_costs_only_itself(
     )
     captured = capsys.readouterr()
     assert status == 1
-    assert captured.out == "ok,jobid=9 v=1i 5\n"
+    assert captured.out == (
+        'ok jobid="9",v=1i 90000\n'
+        'job_index,jobid=9 first=90000i,last=90000i,measurements="ok",points=1i 90000\n'
+    )
     assert (
         "darshan: source not available: frame_broken_at_import cannot be imported: "
         "RuntimeError: broken" in captured.err
@@ -368,7 +376,9 @@ def test_real_geopm_report_to_file_and_influxdb1(
         ]
     )
     assert status == 0
-    expected: SourceOutput = collect_geopm_report([GEOPM_REPORT], JobContext("31337", "c1"))
+    job = JobContext("31337", "c1")
+    expected: SourceOutput = collect_geopm_report([GEOPM_REPORT], job)
+    expected.points = stored_points(expected.points, job)
     assert output.read_text() == to_lines(expected.points)
     # read back: the application totals of host mcfly1, numbers read off the report file
     series = influxdb1.series(
@@ -406,7 +416,7 @@ def test_server_down_with_spool_is_success_without_is_failure(
     assert main([*base, "--spool-dir", str(tmp_path / "spool")]) == 0
     assert len(list((tmp_path / "spool" / "influx-v1").glob("*.spool"))) == 1
     assert main(base) == 1
-    assert "1 line(s) not written" in capsys.readouterr().err
+    assert "2 line(s) not written" in capsys.readouterr().err  # the point and the job's index
 
 
 @pytest.mark.integration
@@ -423,8 +433,8 @@ def test_unusable_spool_dir_is_reported_not_raised(
                    "--spool-dir", str(not_a_dir)])  # fmt: skip
     err = capsys.readouterr().err
     assert status == 1
-    assert "cannot write (Not a directory); 1 line(s) sent without a spool" in err
-    assert "1 lost" in err
+    assert "cannot write (Not a directory); 2 line(s) sent without a spool" in err
+    assert "2 lost" in err
 
 
 def test_a_fifo_or_directory_given_as_input_is_one_line_never_a_hang(tmp_path: Path, capsys):

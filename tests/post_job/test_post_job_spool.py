@@ -484,13 +484,15 @@ def test_hook_run_during_outage_then_flush_real_report(
     influxdb1.create_database("hook_outage")
     expected = collect_geopm_report([GEOPM_REPORT], JobContext("808")).points
     per_measurement = Counter(point.measurement for point in expected)
+    per_measurement["job_index"] = 1
     writers = ["--influx.v1-url", influxdb1.url, "--influx.database", "hook_outage",
                "--spool-dir", str(tmp_path), "--influx.batch-size", "1"]  # fmt: skip
     hook_run = ["--job-id", "808", "--geopm-report", str(GEOPM_REPORT), *writers]
     influxdb1.stop()
     try:
         assert main(hook_run) == 0  # spooled counts as success: nothing is lost
-        assert len(Spool(tmp_path, "influx-v1").pending()) == len(expected)
+        # one file per line (batch size 1): the report's points and the job's index
+        assert len(Spool(tmp_path, "influx-v1").pending()) == len(expected) + 1
     finally:
         influxdb1.start_again()
     assert main(["flush", *writers]) == 0

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from hpcmon.post_job.app import identify
 from hpcmon.post_job.cli import main as post_job_main
+from hpcmon.post_job.layout import stored_points
 from hpcmon.post_job.model import JobContext
 from hpcmon.post_job.points import Point, to_lines
 from hpcmon.post_job.slurm import SlurmJob
@@ -45,6 +46,13 @@ def slurm_point(job: SlurmJob, cluster: str | None = CLUSTER) -> Point:
     every point of a job (hpcmon.post_job.app.identify)."""
     context = JobContext(job.job_id, cluster, job.user)
     return identify([slurm_job_point(job, context)], context)[0]
+
+
+def stored_slurm_points(job: SlurmJob, cluster: str | None = CLUSTER) -> list[Point]:
+    """``slurm_point`` as the hook stores it (post_job/layout.py): ``jobid`` a field, its
+    time on the job's lattice, and the job's ``job_index`` point, through which the report
+    finds the job."""
+    return stored_points([slurm_point(job, cluster)], JobContext(job.job_id, cluster, job.user))
 
 
 def write_points(influx, points: list[Point], database: str = DATABASE) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from hpcmon.post_job.layout import INDEX, PER_JOB_TAGS, PER_JOB_TAGS_OF
 from tests.report.report_database import (
     DATABASE,
     from_database,
@@ -105,15 +106,28 @@ def test_html_from_the_database_has_the_pictures_of_the_log(
     assert db.count("<svg") >= own.count("<svg")
 
 
+def job_series(influx, job: str) -> int:
+    """The series holding the job's points: its job_index series, and those of its data
+    within its window (``jobid`` is a field there, post_job/layout.py)."""
+    window = influx.series(
+        f'SELECT min("first"), max("last") FROM "{INDEX}" WHERE "jobid" = \'{job}\'', DATABASE
+    )
+    _, first, last = window[0]["values"][0]
+    found = influx.series(
+        f"SELECT count(*) FROM /.*/ WHERE \"jobid\" = '{job}' "
+        f"AND time >= {first} AND time <= {last} GROUP BY *",
+        DATABASE,
+    )
+    return 1 + len([s for s in found if s["name"] != INDEX])
+
+
 @pytest.mark.integration
 def test_series_per_log_within_the_budget(written) -> None:
-    """SHOW SERIES on the real database: whatever a log's ranks and records."""
-    counts = {}
-    for log in ALL_LOGS:
-        found = written.series(f"SHOW SERIES WHERE \"jobid\" = '{job_id(log)}'", DATABASE)
-        counts[log.name] = len(found[0]["values"]) if found else 0
+    """The series a log's job writes to, on the real database, whatever its ranks and
+    records; none of them carries a per-job tag but the job's own job_index series."""
+    counts = {log.name: job_series(written, job_id(log)) for log in ALL_LOGS}
     for log in LARGEST:
-        assert 0 < counts[log.name] <= SERIES_BUDGET, counts
+        assert 1 < counts[log.name] <= SERIES_BUDGET, counts
     assert max(counts.values()) <= SERIES_BUDGET, counts
     # the 709-record STDIO job: its records fold into one series per module
     assert counts["partial_data_stdio.darshan"] < 20
@@ -124,3 +138,14 @@ def test_series_per_log_within_the_budget(written) -> None:
         DATABASE,
     )
     assert rows[0]["values"][0][1] > 700
+    for log in ALL_LOGS:  # one index series per job
+        index = written.series(
+            f'SHOW SERIES FROM "{INDEX}" WHERE "jobid" = \'{job_id(log)}\'', DATABASE
+        )
+        assert len(index[0]["values"]) == 1, log.name
+    for measurement in {
+        m for s in written.series("SHOW MEASUREMENTS", DATABASE) for [m] in s["values"]
+    } - {INDEX}:
+        keys = written.series(f'SHOW TAG KEYS FROM "{measurement}"', DATABASE)
+        names = {v[0] for s in keys for v in s["values"]}
+        assert not names & {*PER_JOB_TAGS, *PER_JOB_TAGS_OF.get(measurement, ())}, measurement

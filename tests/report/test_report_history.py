@@ -87,16 +87,29 @@ def report(influx, job: str, tmp_path: Path, *flags: str, fmt: str = "json") -> 
     return document
 
 
+def rows_of(influx, query: str) -> list[dict]:
+    """The rows of one InfluxQL statement, as column -> value."""
+    return [
+        dict(zip(series["columns"], values, strict=True))
+        for series in influx.series(query, db=SITE_DATABASE)
+        for values in series["values"]
+    ]
+
+
 def points_per_job(influx) -> dict[str, dict]:
-    """What the darshan_job points say, summed per job (independent of app_run)."""
-    series = influx.series(
-        'SELECT sum("total_bytes_written") AS w, sum("total_bytes_read") AS r, min("start_time") '
-        f'AS s FROM "{POLICY}"."darshan_job" GROUP BY "jobid"',
-        db=SITE_DATABASE,
-    )
-    return {
-        s["tags"]["jobid"]: dict(zip(s["columns"], s["values"][0], strict=True)) for s in series
-    }
+    """What the darshan_job points say, summed per job (independent of app_run); ``jobid`` is
+    a field (post_job/layout.py), so the sums are made here, not by GROUP BY."""
+    totals: dict[str, dict] = {}
+    for row in rows_of(
+        influx,
+        'SELECT "total_bytes_written", "total_bytes_read", "start_time", "jobid" '
+        f'FROM "{POLICY}"."darshan_job"',
+    ):
+        job = totals.setdefault(row["jobid"], {"w": 0, "r": 0, "s": row["start_time"]})
+        job["w"] += row["total_bytes_written"]
+        job["r"] += row["total_bytes_read"]
+        job["s"] = min(job["s"], row["start_time"])
+    return totals
 
 
 def test_every_point_carries_the_app_and_user(written) -> None:
@@ -195,9 +208,14 @@ def test_text_and_html_show_the_table_and_chart(written, tmp_path) -> None:
 
 
 def test_a_job_without_app_run_point_says_why(written, tmp_path) -> None:
-    line = b"darshan_job,jobid=old nprocs=4i,total_bytes_written=1i 1500000000000000000"
+    """A job the hook wrote without an app (the stored layout: jobid a field, and its index)."""
+    lines = (
+        b'darshan_job jobid="old",nprocs=4i,total_bytes_written=1i 1500000000000000000\n'
+        b"job_index,jobid=old first=1500000000000000000i,last=1500000000000000000i"
+        b" 1500000000000000000"
+    )
     request = urllib.request.Request(
-        f"{written.url}/write?db={SITE_DATABASE}&rp={POLICY}", data=line
+        f"{written.url}/write?db={SITE_DATABASE}&rp={POLICY}", data=lines
     )
     with urllib.request.urlopen(request, timeout=10) as answer:
         assert answer.status == 204
@@ -207,13 +225,27 @@ def test_a_job_without_app_run_point_says_why(written, tmp_path) -> None:
 
 
 def diagnosis_scores(influx) -> dict[str, float]:
-    """jobid -> score of the hook's per-job job_diagnosis point (insight=job)."""
-    series = influx.series(
-        f'SELECT last("score") FROM "{POLICY}"."job_diagnosis" WHERE "insight" = \'job\' '
-        'GROUP BY "jobid"',
+    """jobid -> score of the hook's per-job job_diagnosis point (insight=job), the newest
+    when there are several (``jobid`` is a field: no GROUP BY)."""
+    rows = rows_of(
+        influx,
+        f'SELECT "score", "jobid" FROM "{POLICY}"."job_diagnosis" WHERE "insight" = \'job\'',
+    )
+    return {row["jobid"]: row["score"] for row in sorted(rows, key=lambda row: row["time"])}
+
+
+def drop_diagnosis(influx, job: str) -> None:
+    """Delete the job's job_diagnosis points: those of its window (its job_index), in which
+    no other job of these runs (years apart) has points."""
+    [window] = rows_of(
+        influx,
+        f'SELECT min("first"), max("last") FROM "{POLICY}"."job_index" WHERE "jobid" = \'{job}\'',
+    )
+    influx.series(  # raises on an error
+        f'DELETE FROM "job_diagnosis" WHERE time >= {window["min"]} AND time <= {window["max"]}',
         db=SITE_DATABASE,
     )
-    return {s["tags"]["jobid"]: s["values"][0][1] for s in series}
+    assert job not in diagnosis_scores(influx)
 
 
 def test_io_score_from_job_diagnosis_where_known(written, tmp_path) -> None:
@@ -223,9 +255,7 @@ def test_io_score_from_job_diagnosis_where_known(written, tmp_path) -> None:
     scores = diagnosis_scores(written)
     assert set(ALICE_BEFORE_LAST) | {"2307"} <= set(scores)
     for job in ("2301", "2305"):
-        written.query(
-            f'DROP SERIES FROM "job_diagnosis" WHERE "jobid" = \'{job}\'', db=SITE_DATABASE
-        )
+        drop_diagnosis(written, job)
     history = report(written, "2307", tmp_path)["history"]
     got = {r["job_id"]: r["io_score"] for r in history["runs"]}
     assert got == {j: None if j in ("2301", "2305") else scores[j] for j in ALICE_BEFORE_LAST}

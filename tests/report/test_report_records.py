@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from hpcmon.post_job.points import Point
 from hpcmon.report import records
+from hpcmon.report.influx import index_of, job_queries
 from hpcmon.report.model import FILE_COLUMNS, HeatmapSeries
 from hpcmon.report.records import darshan_from_rows, rows_from_points
 from tests.report.field_values import field_values
@@ -95,3 +96,48 @@ def test_record_rows_are_ordered_by_their_exact_time_in_ns() -> None:
     assert [row["time"] - start for row in records._in_order(rows)] == [0, 1, 2, 3]
     assert records._int(start + 1) == start + 1
     assert records._int(2**62 + 1) == 0 and records._int(True) == 0
+
+
+def test_heatmap_bins_are_placed_by_their_bin_not_their_nanoseconds() -> None:
+    """Stored times keep their second only (post_job/layout.py): two logs of one job in one
+    second share the heatmap series, so log b's heatmap may be stamped after its own first
+    bin; every bin still comes back, and the series starts at the heatmap's second."""
+    second = 1_700_000_000 * 10**9
+    slot = 4242 * 10_000
+    heatmaps = [
+        {"log": log, "module": "POSIX", "time": second + slot + place, "bin_width": 0.5, "nbins": 4}
+        for place, log in enumerate(("a", "b"))
+    ]
+    bins = [
+        {"log": log, "module": "POSIX", "time": second + k * 5 * 10**8 // 10**9 * 10**9 + slot + p,
+         "bin": k, "read_bytes": 10 * k + p}
+        for p, log in enumerate(("b", "a")) for k in range(4)
+    ]  # fmt: skip
+    data = darshan_from_rows({"darshan_job": [{"log": "a", "time": second}], **{
+        "darshan_heatmap": heatmaps, "darshan_heatmap_bin": bins}})  # fmt: skip
+    assert data is not None
+    by_log = dict(zip(("a", "b"), data.heatmaps, strict=True))
+    np.testing.assert_array_equal(by_log["a"].read_bytes, [1, 11, 21, 31])
+    np.testing.assert_array_equal(by_log["b"].read_bytes, [0, 10, 20, 30])
+    assert {h.start for h in data.heatmaps} == {1_700_000_000.0}
+
+
+def test_the_job_index_gives_the_window_and_measurements() -> None:
+    """One index point per hook run: the window spans them all; damaged rows are left out;
+    the measurements are read only when every index point names them."""
+    runs = [
+        {"first": 30, "last": 90, "measurements": "darshan_job,app_run"},
+        {"first": 10, "last": 50, "measurements": "geopm_totals"},
+        {"first": "x", "last": float("nan")},
+    ]
+    index = index_of(runs)
+    assert index is not None and index.window == (10, 90)
+    assert index.measurements is None  # the damaged row names none
+    index = index_of(runs[:2])
+    assert index.measurements == {"darshan_job", "app_run", "geopm_totals"}
+    assert index_of([]) is None and index_of(runs[2:]) is None
+    assert index_of([{"first": 5, "last": 4}]) is None
+    statements = job_queries("42", "c", None, index.window, index.measurements).split(";")
+    assert [s.split('"')[1] for s in statements] == ["darshan_job", "geopm_totals", "app_run"]
+    assert all(s.endswith("\"jobid\" = '42' AND \"cluster\" = 'c' AND time >= 10 AND time <= 90")
+               for s in statements)  # fmt: skip

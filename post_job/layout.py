@@ -1,0 +1,123 @@
+"""How a job's points are stored: series that do not grow with the jobs (issue 31).
+
+InfluxDB keeps an index entry and a TSM block per field of every series, so a tag that is new
+for every job (its id, a log's or trace's name, a traced file's path, a rank) makes series
+that each hold a handful of points and never recur: 1.1 M series for 100,000 jobs. Here such
+values are fields with the same names (``jobid``, ``log``, ``trace``, ``file``, ``rank``, a
+VizTracer ``function``), so a row read back is the same as before and InfluxQL's
+``WHERE "jobid" = '42'`` still finds the job; the series are bounded by cluster, user, app,
+module, host, insight and the like.
+
+Without those tags, two points of the same series and second could overwrite each other
+(points of two logs of a job, or of two jobs of one user and app that start in the same
+second, as array tasks do). Each point is therefore stamped on a lattice: its second, then
+the job's slot (``jobid`` mod 100,000 for Slurm's numeric ids: two jobs share one only when
+their ids differ by a multiple of 100,000), then its place among the job's points of that
+series and second, in a canonical order (original time, moved tags, fields), so a rerun of
+the hook, or a migration of the old layout, stamps every point the same way. Times keep
+their second; what a point needs finer is in its fields.
+
+A job is found through ``job_index``, the one series a job adds (tags ``jobid``,
+``cluster``): the first and last stamp of its points. Readers take that window and select
+``jobid`` as a field within it, which reads only the job's bounded series for that time.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import defaultdict
+from collections.abc import Sequence
+
+from hpcmon.post_job.model import JobContext
+from hpcmon.post_job.points import Point
+
+INDEX = "job_index"
+NS_PER_SECOND = 1_000_000_000
+SLOTS = 100_000  # job slots per second
+SLOT_WIDTH = NS_PER_SECOND // SLOTS  # points of one job, series and second before a carry
+# tags whose values are new with every job: stored as fields of the same name
+PER_JOB_TAGS = ("jobid", "log", "trace", "file", "rank")
+PER_JOB_TAGS_OF = {"viztracer_function": ("function",)}  # code paths hold the job's paths
+
+
+def job_slot(job_id: str) -> int:
+    """The job's place within a second: Slurm's ids spread over every slot; other ids by CRC."""
+    if job_id.isascii() and job_id.isdigit():
+        return int(job_id) % SLOTS
+    return zlib.crc32(job_id.encode("utf-8", "surrogatepass")) % SLOTS
+
+
+def stored_points(points: Sequence[Point], job: JobContext) -> list[Point]:
+    """The job's points as they are stored, plus its ``job_index`` point."""
+    moved = [_moved(point, job.node) for point in points]
+    stamped = _stamped(moved, job_slot(job.job_id))
+    index = index_point(stamped, job)
+    return stamped + ([index] if index is not None else [])
+
+
+def _moved(point: Point, node: str | None) -> Point:
+    """The per-job tags as fields (a field of the same name wins, as it does when a row is
+    read back); on a node other than the job's first, the node as tag ``host`` (its series
+    are the node's, bounded by the cluster's nodes: two nodes' points of one job and second
+    never meet)."""
+    per_job = PER_JOB_TAGS + PER_JOB_TAGS_OF.get(point.measurement, ())
+    tags = {k: v for k, v in point.tags.items() if k not in per_job}
+    fields = dict(point.fields)
+    for key in per_job:
+        value = point.tags.get(key)
+        if value not in (None, "") and key not in fields:
+            fields[key] = value
+    if node and "host" not in tags:
+        tags["host"] = node
+    return Point(point.measurement, tags, fields, point.time_ns)
+
+
+def _stamped(points: list[Point], slot: int) -> list[Point]:
+    """Each point at second + slot + its place among the job's points of its series and
+    second (canonical order: original time, then its fields, which hold the moved tags).
+    Past SLOT_WIDTH points in one second (a 10,001-rank log) the places go on into the next
+    seconds, after the places that second's own points took: never onto one of them."""
+    series: dict[tuple, list[Point]] = defaultdict(list)
+    for point in points:
+        if point.time_ns is not None:
+            series[(point.measurement, tuple(sorted(point.tags.items())))].append(point)
+    base = slot * SLOT_WIDTH
+    for members in series.values():
+        members.sort(key=lambda p: (p.time_ns // NS_PER_SECOND, p.time_ns, _fields_key(p)))
+        taken = -1  # the last lattice place used in this series: second * SLOT_WIDTH + place
+        second, place = None, 0
+        for point in members:
+            own = point.time_ns // NS_PER_SECOND
+            place = place + 1 if own == second else 0
+            second = own
+            taken = max(own * SLOT_WIDTH + place, taken + 1)
+            carried, within = divmod(taken, SLOT_WIDTH)
+            point.time_ns = carried * NS_PER_SECOND + base + within
+    return points
+
+
+def _fields_key(point: Point) -> tuple:
+    return tuple(sorted((key, str(value)) for key, value in point.fields.items()))
+
+
+def index_point(points: Sequence[Point], job: JobContext) -> Point | None:
+    """Where the job's points lie: ``first`` and ``last`` stamp (ns), how many, which
+    measurements. One per run: a node that reads only its own inputs writes its own,
+    stamped a little before its first point (by its name's CRC) so that no two nodes' index
+    points of one job fall on the same time."""
+    times = [p.time_ns for p in points if p.time_ns is not None]
+    if not times:
+        return None
+    first, last = min(times), max(times)
+    fields: dict[str, int | str] = {
+        "first": first,
+        "last": last,
+        "points": len(points),
+        "measurements": ",".join(sorted({p.measurement for p in points})),
+    }
+    for key in ("user", "app"):
+        value = next((p.tags[key] for p in points if p.tags.get(key)), None)
+        if value:
+            fields[key] = value
+    shift = zlib.crc32(job.node.encode()) % NS_PER_SECOND + 1 if job.node else 0
+    return Point(INDEX, job.base_tags(), fields, first - shift)
