@@ -80,19 +80,24 @@ def stored_slurm_points(jobs: list[SlurmJob], cluster: str = "demo") -> list:
     ]
 
 
+def run_hook(influx, database: str, job: str, inputs: list[str], spool) -> None:
+    """The real hook command, as the epilog runs it, into ``database``."""
+    command = [
+        sys.executable, "-m", "hpcmon.post_job", "--job-id", job, "--cluster", "demo",
+        "--user", USER, *inputs,
+        "--influx.v1-url", influx.url, "--influx.database", database,
+        "--spool-dir", str(spool),
+    ]  # fmt: skip
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+
+
 @pytest.fixture(scope="module")
 def written(influxdb1, tmp_path_factory):
     influxdb1.create_database(DATABASE)
     spool = tmp_path_factory.mktemp("spool")
     for job, inputs in RUNS.items():
-        command = [
-            sys.executable, "-m", "hpcmon.post_job", "--job-id", job, "--cluster", "demo",
-            "--user", USER, *inputs,
-            "--influx.v1-url", influxdb1.url, "--influx.database", DATABASE,
-            "--spool-dir", str(spool),
-        ]  # fmt: skip
-        run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-        assert run.returncode == 0, run.stderr
+        run_hook(influxdb1, DATABASE, job, inputs, spool)
     starts = {job: start for job, (start, _) in _scores(influxdb1).items()}
     write_points(influxdb1, stored_slurm_points(list(slurm_jobs(starts).values())), DATABASE)
     return influxdb1
@@ -333,14 +338,7 @@ def twins(influxdb1, tmp_path_factory):
     for db, job_ids in ((ALONE, [TWIN]), (TWINS, [TWIN, OTHER_TWIN])):
         influxdb1.create_database(db)
         for job in job_ids:
-            command = [
-                sys.executable, "-m", "hpcmon.post_job", "--job-id", job, "--cluster", "demo",
-                "--user", USER, *INPUTS,
-                "--influx.v1-url", influxdb1.url, "--influx.database", db,
-                "--spool-dir", str(spool),
-            ]  # fmt: skip
-            run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-            assert run.returncode == 0, run.stderr
+            run_hook(influxdb1, db, job, INPUTS, spool)
         starts = {job: start for job, (start, _) in _scores(influxdb1, db).items()}
         assert len(set(s // NS_PER_SECOND for s in starts.values())) == 1  # the same second
         slurm = [

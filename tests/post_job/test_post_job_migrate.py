@@ -368,7 +368,8 @@ def test_a_time_limit_stops_the_run_in_one_line_and_a_rerun_finishes(
     influxdb1: servers.InfluxDB1, reference: set[tuple], killing_proxy
 ) -> None:
     db = write_old_layout(influxdb1)
-    slow = killing_proxy(None, 0, False, delay=0.2)  # a job takes 4 or 5 requests
+    # a job takes 4 or 5 requests: 1 s each cannot finish three jobs in 3 s on any machine
+    slow = killing_proxy(None, 0, False, delay=1.0)
     done = migrate(slow.url, db, "--time-limit", "3")
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
