@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -67,6 +68,9 @@ class Site:
         self.logs = base / "epilog-logs"
         self.lp = base / "lp"
         self.config = base / "post-job.yaml"
+        self.log = base / LOG.name  # what the jobs copy: readable by their uid wherever the tree is
+        shutil.copy(LOG, self.log)
+        self.log.chmod(0o644)
         for directory in (self.logdir, self.logs, self.lp, base / "reports"):
             directory.mkdir(mode=0o755)
         today = dt.date.today()
@@ -130,7 +134,7 @@ def submit(
 ) -> tuple[str, dict[str, str], float]:  # fmt: skip
     """Run a job to its end; its id, scontrol's last view and the seconds from the job's end
     (as slurmctld stamps it) until every node was idle again."""
-    script = JOB.format(copy="1" if copy else "", logdir=site.logdir, log=LOG, status=status)
+    script = JOB.format(copy="1" if copy else "", logdir=site.logdir, log=site.log, status=status)
     jobid = cluster.sbatch(script, nodes=nodes, job_name=name, account=account)
     info = cluster.wait_job_done(jobid, timeout=120)
     idle = time.time()
