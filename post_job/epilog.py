@@ -106,7 +106,7 @@ def writer_settings(
     v1, v2 = writers.get("influx_v1", {}), writers.get("influx_v2", {})
     output = writers.get("output") if job is not None else None
     settings = WriterSettings(
-        output=output_path(output, job, config.cluster) if output and job else None,
+        output=output_path(output, job, config.cluster) if output else None,
         v2_url=v2.get("url"),
         v2_org=v2.get("org"),
         v2_bucket=v2.get("bucket"),

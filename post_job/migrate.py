@@ -41,6 +41,7 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from hpcmon.common.influxql import quote_identifier, quote_literal
 from hpcmon.post_job.delivery import WriterSettings, batches
 from hpcmon.post_job.layout import INDEX, stored_points
 from hpcmon.post_job.lines import points_to_lines
@@ -90,14 +91,6 @@ _CAST = {"float": float, "integer": int, "string": str, "boolean": bool}
 
 class MigrationError(Exception):
     """InfluxDB answered a query with an error (not an outage): one line."""
-
-
-def quote_ident(name: str) -> str:
-    return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def quote_string(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 class InfluxV1Query:
@@ -215,10 +208,10 @@ class Migration:
         # series (as long as the measurement has other series with the key; after a restart too)
         statement = (
             f"SHOW TAG VALUES FROM {_sources(None, MEASUREMENTS)} WITH KEY = "
-            f"{quote_ident('jobid')} WHERE {quote_ident('jobid')}::tag =~ /./"
+            f"{quote_identifier('jobid')} WHERE {quote_identifier('jobid')}::tag =~ /./"
         )
         if self.cluster:
-            statement += f" AND {quote_ident('cluster')}::tag = {quote_string(self.cluster)}"
+            statement += f" AND {quote_identifier('cluster')}::tag = {quote_literal(self.cluster)}"
         ids = {row[1] for s in self.query.series(statement) for row in s.get("values") or []}
         return sorted(ids, key=_id_order)
 
@@ -272,12 +265,12 @@ class Migration:
 
     def _condition(self, job_ids: Sequence[str]) -> str:
         condition = " OR ".join(
-            f"{quote_ident('jobid')}::tag = {quote_string(job_id)}" for job_id in job_ids
+            f"{quote_identifier('jobid')}::tag = {quote_literal(job_id)}" for job_id in job_ids
         )
         if len(job_ids) > 1:
             condition = f"({condition})"
         if self.cluster:
-            condition += f" AND {quote_ident('cluster')}::tag = {quote_string(self.cluster)}"
+            condition += f" AND {quote_identifier('cluster')}::tag = {quote_literal(self.cluster)}"
         return condition
 
     def _read(self, job_id: str, policy: str, limit: bool = False) -> list[Point]:
@@ -356,8 +349,8 @@ class Migration:
 
 
 def _sources(policy: str | None, measurements: Sequence[str]) -> str:
-    prefix = f"{quote_ident(policy)}." if policy else ""
-    return ", ".join(prefix + quote_ident(m) for m in measurements if m != INDEX)
+    prefix = f"{quote_identifier(policy)}." if policy else ""
+    return ", ".join(prefix + quote_identifier(m) for m in measurements if m != INDEX)
 
 
 def _typed(value: object, types: set[str] | None) -> FieldValue:

@@ -128,7 +128,7 @@ def slurm_job(environ: Mapping[str, str]) -> SlurmJob | None:
         gid,
         partition=slurm_name(environ.get("SLURM_JOB_PARTITION")),
         nodelist=nodelist,
-        num_nodes=_count(environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES")),
+        num_nodes=slurm_count(environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES")),
         account=slurm_name(environ.get("SLURM_JOB_ACCOUNT")),
         **job_exit(environ),
     )
@@ -144,7 +144,7 @@ def job_exit(environ: Mapping[str, str]) -> dict[str, int]:
     match = _EXIT_CODE2.fullmatch(environ.get("SLURM_JOB_EXIT_CODE2", "").strip())
     if match and int(match[1]) <= 255 and int(match[2]) <= 128:
         return {"exit_code": int(match[1]), "exit_signal": int(match[2])}
-    status = _count(environ.get("SLURM_JOB_EXIT_CODE"))
+    status = slurm_count(environ.get("SLURM_JOB_EXIT_CODE"))
     if status is None or status > 0xFFFF:
         return {}
     if os.WIFSIGNALED(status):
@@ -154,7 +154,8 @@ def job_exit(environ: Mapping[str, str]) -> dict[str, int]:
     return {}
 
 
-def _count(value: str | None) -> int | None:
+def slurm_count(value: str | None) -> int | None:
+    """A count as Slurm writes it (node count, wait status): up to 7 digits, else None."""
     value = (value or "").strip()
     return int(value) if value.isascii() and value.isdigit() and len(value) <= 7 else None
 

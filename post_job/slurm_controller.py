@@ -18,7 +18,13 @@ import os
 import subprocess
 from collections.abc import Mapping
 
-from hpcmon.post_job.slurm import SlurmJob, job_name_value, slurm_name, slurm_nodelist
+from hpcmon.post_job.slurm import (
+    SlurmJob,
+    job_name_value,
+    slurm_count,
+    slurm_name,
+    slurm_nodelist,
+)
 
 log = logging.getLogger("hpcmon.post_job.epilog")
 
@@ -54,7 +60,7 @@ def parse_squeue(job_id: str, answer: str) -> SlurmJob:
         job_name_value(name),
         partition=slurm_name(partition),
         nodelist=slurm_nodelist(nodelist),
-        num_nodes=int(nodes) if nodes.isascii() and nodes.isdigit() and len(nodes) < 8 else None,
+        num_nodes=slurm_count(nodes),
         account=slurm_name(account) if account != "(null)" else None,
     )
 

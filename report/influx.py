@@ -22,6 +22,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpcmon.common.influxql import quote_identifier, quote_literal
 from hpcmon.post_job.layout import INDEX
 from hpcmon.report.http import ReadError, read_json
 
@@ -70,15 +71,6 @@ class InfluxSettings:
         if self.v1_url:
             return f"InfluxDB {self.v1_url} database {self.database}"
         return f"InfluxDB {self.v2_url} bucket {self.bucket}"
-
-
-def quote_literal(value: str) -> str:
-    """An InfluxQL string literal."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def quote_identifier(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def job_where(job_id: str, cluster: str | None, tags: dict[str, str] | None = None) -> str:
