@@ -93,6 +93,11 @@ PER_DAY = 5_000
 USERS, APPS_PER_USER = 300, 3
 FIRST_JOB = 4_000_000  # Slurm ids FIRST_JOB + k
 DAY = 86_400
+# The database's shard group duration, both layouts: the bounded series (users', apps') are
+# counted once per shard that holds them, so longer shards count them fewer times (README,
+# "InfluxDB for a site": the recommended 30 days; 7 days was measured before).
+SHARD_DURATION = "30d"
+INDEX = "job_index"  # the one series a job adds (post_job/layout.py)
 START = 1_735_689_600  # 2025-01-01T00:00:00Z: job k starts START + k * DAY / PER_DAY
 TEMPLATE_JOB = "987654"
 BATCH = 10_000  # lines per /write request
@@ -326,8 +331,9 @@ def templates_and_check(base_env: dict[str, str], new_env: dict[str, str]) -> tu
 class Store:
     """One layout's server, its writer connection and its query worker."""
 
-    def __init__(self, layout: str, server, env: dict[str, str]) -> None:
+    def __init__(self, layout: str, server, env: dict[str, str], shard_duration: str) -> None:
         self.layout, self.server, self.env = layout, server, env
+        self.shard_duration = shard_duration
         self.connection: http.client.HTTPConnection | None = None
         self.write_s = 0.0
         self.lines = 0
@@ -339,7 +345,7 @@ class Store:
         text = path.read_text().replace("[data]\n", "[data]\n" + DATA_SETTINGS, 1)
         path.write_text(text + WRITE_TIMEOUT)
         self.server.start_again()
-        self.server.create_database(DB)
+        self.server.query(f'CREATE DATABASE "{DB}" WITH SHARD DURATION {self.shard_duration}')
 
     def write(self, lines: list[str]) -> None:
         for at in range(0, len(lines), BATCH):
@@ -388,13 +394,25 @@ class Store:
         with opener.open(request, timeout=timeout) as response:
             return json.loads(response.read())
 
-    def series(self) -> int:
-        answer = self.query("SHOW SERIES EXACT CARDINALITY")
+    def series(self, measurement: str | None = None) -> int:
+        """Series of the database (summed over its measurements), or of one measurement."""
+        where = f' FROM "{measurement}"' if measurement else ""
+        answer = self.query(f"SHOW SERIES EXACT CARDINALITY{where}")
         return sum(
             int(values[0])
             for result in answer.get("results", [])
             for series in result.get("series", [])
             for values in series.get("values", [])
+        )
+
+    def shards(self) -> int:
+        """The database's shards (its series are counted once in each that holds them)."""
+        answer = self.query("SHOW SHARDS")
+        return sum(
+            len(series.get("values", []))
+            for result in answer.get("results", [])
+            for series in result.get("series", [])
+            if series.get("name") == DB
         )
 
     def disk_bytes(self) -> dict:
@@ -611,6 +629,8 @@ def checkpoint(stores: list[Store], jobs: Jobs, n: int, repeats: int, rates: dic
             series=series,
             series_per_job=round(series / n, 3),
             cardinality_query_s=round(time.perf_counter() - started, 2),
+            index_series=store.series(INDEX),
+            shards=store.shards(),
         )
     print(
         "  "
@@ -659,6 +679,8 @@ def summarize(results: dict) -> list[dict]:
         per_job <= TARGETS["series_per_job"],
     )  # fmt: skip
     row("series per job", lambda cp, lay: cp[lay]["series_per_job"], lambda v: f"{v:.2f}")
+    row("  of them job_index", lambda cp, lay: cp[lay]["index_series"], lambda v: f"{v:,}")
+    row("shards", lambda cp, lay: cp[lay]["shards"], str)
     disk = _ratio(last["new"]["disk_bytes"], last["old"]["disk_bytes"])
     row(
         "data+wal MiB", lambda cp, lay: cp[lay]["disk_bytes"], lambda v: f"{v / 2**20:.1f}",
@@ -738,6 +760,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--at", default=None, help="checkpoints, e.g. 25000,50000,100000")
     parser.add_argument("--base", default=None, help="the release of today's layout (a rev)")
     parser.add_argument("--repeats", type=int, default=None, help="runs per timed query")
+    parser.add_argument(
+        "--shard-duration",
+        default=SHARD_DURATION,
+        help=f"the database's SHARD DURATION, both layouts (default {SHARD_DURATION})",
+    )
     args = parser.parse_args(argv)
     jobs_total = 5_000 if args.quick else args.jobs
     if args.at:
@@ -770,7 +797,8 @@ def main(argv: list[str]) -> int:
         },  # fmt: skip
         "jobs": jobs_total, "per_day": PER_DAY, "users": USERS, "apps_per_user": APPS_PER_USER,
         "logs": list(LOGS), "base": commit, "repeats": repeats, "batch_lines": BATCH,
-        "influxdb": "1.6.7, index-version tsi1", "targets": TARGETS, "checkpoints": [],
+        "influxdb": "1.6.7, index-version tsi1", "shard_duration": args.shard_duration,
+        "targets": TARGETS, "checkpoints": [],
     }  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="bench-store-") as tmp_name:
         tmp = Path(tmp_name)
@@ -795,7 +823,10 @@ def main(argv: list[str]) -> int:
                 run_influxdb1(index="tsi1", **limits) as old_server,
                 run_influxdb1(index="tsi1", **limits) as new_server,
             ):
-                stores = [Store("old", old_server, base_env), Store("new", new_server, new_env)]
+                stores = [
+                    Store("old", old_server, base_env, args.shard_duration),
+                    Store("new", new_server, new_env, args.shard_duration),
+                ]
                 for store in stores:
                     store.tune()
                     store.start_worker()
