@@ -387,7 +387,9 @@ SOURCE_INPUTS: dict[str, tuple[str, Callable[[], list[Path]], list[str]]] = {
         [],
     ),
 }
-JOB_ID, CLUSTER, USER = "4242", "cluster1", "alice"
+JOB_ID, CLUSTER, USER, APP = "4242", "cluster1", "alice", "app1"
+# a job's app is its Darshan executable's name, else --app: the other inputs are read with --app
+NAMED_APP = ("recorder", "viztracer", "geopm-report")
 
 
 @dataclass
@@ -464,9 +466,10 @@ def measurements() -> tuple[dict[str, Measurement], dict[str, int], dict[str, li
     for label, (flag, paths, extra) in SOURCE_INPUTS.items():
         read = paths()
         inputs[label] = len(read)
+        app = ["--app", APP] if label in NAMED_APP else []
         for path in read:
-            add(hook_points([flag, str(path), *extra]), label)
-    add(hook_points([], slurm_record()), "slurm")
+            add(hook_points([flag, str(path), *extra, *app]), label)
+    add(hook_points(["--app", APP], slurm_record()), "slurm")
     inputs["slurm"] = 1
     return found, inputs, totals
 
@@ -484,7 +487,9 @@ def measurements_page() -> str:
         "Every measurement `hpcmon-post-job` writes, as stored (`post_job/layout.py`: the values"
         " new with every job are fields), from the hook's own pipeline run on every bundled"
         f" input of `tests/data` with `--job-id {JOB_ID} --cluster {CLUSTER} --user {USER}`"
-        " (Recorder with `--recorder.per-rank-functions`); `slurm_job` from the epilog's"
+        f" (Recorder with `--recorder.per-rank-functions`; the inputs that do not name the"
+        f" job's application, {', '.join(NAMED_APP)} and slurm, with `--app {APP}`); `slurm_job`"
+        " from the epilog's"
         " record of a job (Slurm 22.05's node-epilog environment, `tests/data/slurm`)."
         " A node other than the job's first adds the tag `host`.",
         "",

@@ -5,7 +5,7 @@ For every log: Drishti (drishti-io, ``drishti --csv``) and the report's rules on
 for the codes the report covers (all at Drishti's high or warn level), how many of them the
 report raises too, and the pairs only the report raises. Writes a Markdown table.
 
-    .venv/bin/python docs/drishti_agreement.py LOG_DIR [--out docs/drishti-agreement.md]
+    .venv/bin/python -m devtools.drishti_agreement LOG_DIR [--out docs/drishti-agreement.md]
 """
 
 from __future__ import annotations
