@@ -9,7 +9,8 @@
 - measurements.md: every InfluxDB measurement the post-job hook writes (tags, fields and their
   types, series per input), from the hook's own pipeline run on every bundled input;
 - rules.md: every recording and alert rule with its expression, from the rules generator with
-  the default configuration.
+  the default configuration;
+- diagnosis.md: every rule of the report's diagnosis, from report/insights.py.
 
 Nothing here lists a flag, metric, measurement or rule by name: a new collector, source or rule
 appears in the pages at the next ``--write``. A collector whose families need more than its
@@ -561,6 +562,28 @@ def rules_page() -> str:
     return HEADER + "\n".join(lines).rstrip() + "\n"
 
 
+# --- diagnosis rules ---------------------------------------------------------------------
+
+
+def diagnosis_page() -> str:
+    from hpcmon.report.insights import RULES
+
+    lines = [
+        "# Diagnosis rules",
+        "",
+        "Every rule of `hpcmon-report`'s diagnosis (`report/insights.py`), which the post-job"
+        " hook's `job_diagnosis` points also apply to the Darshan data (see"
+        " [The per-job report](../report.md#diagnosis-rules)).",
+        "",
+        "| id | level | Drishti | raised when |",
+        "|---|---|---|---|",
+    ]
+    for rule in RULES:
+        drishti = rule.drishti or "-"
+        lines.append(f"| {code(rule.id)} | {rule.level} | {drishti} | {cell(rule.threshold)} |")
+    return HEADER + "\n".join(lines).rstrip() + "\n"
+
+
 # --- the pages -----------------------------------------------------------------------------
 
 PAGES: dict[str, Callable[[], str]] = {
@@ -568,6 +591,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "metrics.md": metrics_page,
     "measurements.md": measurements_page,
     "rules.md": rules_page,
+    "diagnosis.md": diagnosis_page,
 }
 
 
