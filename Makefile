@@ -37,7 +37,7 @@ bench: venv servers
 # the documentation site into site/; strict: a broken link or anchor fails. The reference pages
 # are generated from the code: `$(PY) -m devtools.docs_reference --write` (make test checks them).
 docs: venv
-	$(VENV)/bin/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 lint: venv
 	$(VENV)/bin/ruff check .
