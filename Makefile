@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.hpcmon-installed
 PYTHON ?= python3
 
-.PHONY: test demo bench lint servers venv clean
+.PHONY: test demo bench lint docs servers venv clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,9 +34,14 @@ demo: venv servers
 bench: venv servers
 	$(PY) benchmarks/run_all.py
 
+# the documentation site into site/; strict: a broken link or anchor fails. The reference pages
+# are generated from the code: `$(PY) -m devtools.docs_reference --write` (make test checks them).
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
 clean:
-	rm -rf $(VENV) $(CHECKOV_VENV) build *.egg-info demo-run bench-results
+	rm -rf $(VENV) $(CHECKOV_VENV) build *.egg-info demo-run bench-results site

@@ -65,7 +65,7 @@ def job_table(config: Config) -> core.Panel:
         f'SELECT top("score", {LISTED}) AS "score", "jobid", {fields} FROM "{MEASUREMENT}" '
         f"WHERE {_where(config, JOB_ROWS)}",
         f"The {LISTED} worst jobs that started in the time range, by the hook's I/O score"
-        ' (0 = no high or warn insight; one full high insight 50; README "I/O score") with'
+        ' (0 = no high or warn insight; one full high insight 50; docs, "I/O score") with'
         " their top insights. A job id opens its drill-down.",
     )
     spec.links = [job_link()]
@@ -141,7 +141,7 @@ def build(config: Config) -> core.Dashboard:
                 f'SELECT count("score") AS "jobs" FROM "{MEASUREMENT}" '
                 f'WHERE {_where(config, INSIGHT_ROWS)} GROUP BY "insight"',
                 "How many jobs of the time range raised each high or warn insight (the"
-                ' report\'s rule ids, README "Diagnosis rules").',
+                ' report\'s rule ids, docs: Reference, "Diagnosis rules").',
                 legend="$tag_insight",
             )
         ),

@@ -330,7 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(
                 f"dashboards: {generated}/dashboards/*.json  (Grafana: Dashboards > New > Import,"
             )
-            print(f"            or provision them: {generated}/provisioning, README 'Dashboards')")
+            print(f"            or provision them: {generated}/provisioning, docs/dashboards.md)")
             print(f"rules:      {generated}/rules  (loaded: {prom.url}/alerts)")
             print(
                 f"storm:      job {STORM_JOB} replays {STORM_OPS_PER_SECOND:,} extra operations/s "

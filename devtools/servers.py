@@ -201,8 +201,8 @@ def run_prometheus(
 
 
 # ---------------------------------------------------------------- InfluxDB 1.x
-# The README's site configuration ("InfluxDB for a site"): the TSI index; InfluxDB's own
-# default limits, which 1.6.7 enforces only with the inmem index.
+# The documented site configuration (docs/site-scale.md, "InfluxDB for a site"): the TSI
+# index; InfluxDB's own default limits, which 1.6.7 enforces only with the inmem index.
 INFLUXDB_CONF = """\
 reporting-disabled = true
 bind-address = "127.0.0.1:{rpc_port}"

@@ -282,7 +282,7 @@ def grafana_link(job: JobData, sources: Sources) -> str | None:
 
 
 def build(job: JobData, sources: Sources | None = None) -> dict:
-    """The report as the documented JSON structure (see README "hpcmon-report")."""
+    """The report as the documented JSON structure (docs/report.md, "JSON")."""
     sources = sources or Sources()
     raised, skipped = diagnose(job)
     prom = job.prometheus

@@ -1,9 +1,10 @@
 """Diagnosis rules: typed records -> insights with a level, evidence numbers and a recommendation.
 
-Each rule is documented in RULES (id, level, threshold, the Drishti code it matches) and the
-README's rule table is generated from it. Rules evaluate only what the sources could see: a
-rule whose inputs are unknown is listed as not evaluated, with the reason, never as passed.
-Thresholds of the Drishti-compatible rules are Drishti 0.8's defaults (drishti/includes/config.py).
+Each rule is documented in RULES (id, level, threshold, the Drishti code it matches); the
+documentation's rule table (docs/reference/diagnosis.md) is generated from it. Rules evaluate
+only what the sources could see: a rule whose inputs are unknown is listed as not evaluated,
+with the reason, never as passed. Thresholds of the Drishti-compatible rules are Drishti 0.8's
+defaults (drishti/includes/config.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The job's Lustre traffic per target, its nodes' power and its alerts from Prometheus.
 
-Queries the exporter's metrics (README "Exporter metric reference") over the job's window:
+Queries the exporter's metrics (docs/reference/metrics.md) over the job's window:
 ``lustre_job_{read,write}_bytes_per_second`` and ``lustre_job_operations_per_second``
 (component="mdt") for the job and for every job on each target (the job's share), GEOPM power
 joined to ``hpc_node_job_info`` for the job's nodes, and ``ALERTS`` carrying the job's id.

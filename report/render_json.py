@@ -1,4 +1,4 @@
-"""``--format json``: the report structure as JSON (schema documented in the README)."""
+"""``--format json``: the report structure as JSON (schema documented in docs/report.md)."""
 
 from __future__ import annotations
 

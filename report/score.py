@@ -1,5 +1,5 @@
 """The I/O score: one number per insight and per job, so operations staff can sort finished jobs
-by how badly they used the file system (README "Post-job hook", `job_diagnosis`).
+by how badly they used the file system (docs/post-job-data.md, `job_diagnosis`).
 
 Deterministic, from the insights alone (level and evidence), in [0, 100), higher is worse:
 

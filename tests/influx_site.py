@@ -1,5 +1,6 @@
-"""The README's InfluxDB deployment for a site ("InfluxDB for a site"), as the tests create it:
-the README's own statement, read from the README, with a duration that keeps the bundled jobs
+"""The documented InfluxDB deployment for a site (docs/site-scale.md, "InfluxDB for a site"), as
+the tests create it: the page's own statement, read from the page, with a duration that keeps
+the bundled jobs
 (2016-2025), then a short default policy in front of it, so that a hook or report that did not
 go through --influx.retention-policy would lose or miss every bundled job."""
 
@@ -10,21 +11,22 @@ from pathlib import Path
 
 from tests.servers import InfluxDB1
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+SITE_PAGE = Path(__file__).resolve().parent.parent / "docs" / "site-scale.md"
 POLICY = "jobs"
 TRAP = "recent"  # the database's default policy in the tests: keeps one hour
 
 
-def readme_statement() -> str:
-    """The CREATE DATABASE statement of the README's site deployment."""
-    [statement] = re.findall(r"^\s*(CREATE DATABASE hpcmon WITH .*)$", README.read_text(), re.M)
+def documented_statement() -> str:
+    """The CREATE DATABASE statement of the documented site deployment."""
+    text = SITE_PAGE.read_text()
+    [statement] = re.findall(r"^\s*(CREATE DATABASE hpcmon WITH .*)$", text, re.M)
     return statement.strip()
 
 
 def create_site_database(server: InfluxDB1, database: str, duration: str = "INF") -> None:
-    """``database`` as the README creates ``hpcmon`` (its policy ``jobs`` keeping ``duration``),
+    """``database`` as the site page creates ``hpcmon`` (its policy ``jobs`` keeping ``duration``),
     then TRAP made the default policy."""
-    statement = readme_statement()
+    statement = documented_statement()
     assert f'NAME "{POLICY}"' in statement, statement
     statement = statement.replace("CREATE DATABASE hpcmon ", f'CREATE DATABASE "{database}" ', 1)
     statement = re.sub(r"WITH DURATION \S+", f"WITH DURATION {duration}", statement, count=1)

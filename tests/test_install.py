@@ -178,12 +178,14 @@ def test_bare_install_names_the_extra_of_every_command(wheel: Path, tmp_path: Pa
 
 
 def test_systemd_unit_and_epilog_use_the_documented_install_location() -> None:
-    """README "Install": one virtualenv at /opt/hpcmon for every role on a node."""
+    """docs/install.md (and the README's summary): one virtualenv at /opt/hpcmon for every
+    role on a node."""
     unit = (ROOT / "deploy" / "systemd" / "hpcmon-exporter.service").read_text()
     epilog = (ROOT / "deploy" / "slurm" / "hpcmon-epilog.sh").read_text()
     assert "ExecStart=/opt/hpcmon/bin/hpcmon-exporter" in unit
     assert "${HPCMON_POST_JOB:-/opt/hpcmon/bin/hpcmon-post-job}" in epilog
-    assert "python3 -m venv /opt/hpcmon" in (ROOT / "README.md").read_text()
+    for documented in (ROOT / "docs" / "install.md", ROOT / "README.md"):
+        assert "python3 -m venv /opt/hpcmon" in documented.read_text()
 
 
 @pytest.mark.skipif(not Path("/lib/systemd/system/prometheus.service").exists(), reason="no unit")

@@ -22,7 +22,7 @@ def test_influxdb1_write_and_query(influxdb1: servers.InfluxDB1) -> None:
         assert resp.status == 204
     series = influxdb1.series("SELECT value FROM probe", db="fixture_check")
     assert series[0]["values"] == [[1700000000000000000, 42]]
-    # the README's site configuration: the TSI index (one index/ folder per shard on disk)
+    # the documented site configuration (docs/site-scale.md): the TSI index (an index/ per shard)
     assert list((influxdb1.workdir / "data" / "fixture_check").glob("autogen/*/index"))
 
 

@@ -250,7 +250,7 @@ def _differences(
     if set(vm_values) != set(prom_values):
         return [f"series {set(vm_values) ^ set(prom_values)}"]
     # Subqueries (energy): VictoriaMetrics counts both ends of `[2m:10s]`, 13 steps to
-    # Prometheus' 12 (README, "VictoriaMetrics").
+    # Prometheus' 12 (docs/site-scale.md).
     tolerance = 0.2 if ":$__interval]" in query else 0.1
     return [
         f"{labels}: {value} vs {prom_values[labels]}"
@@ -317,7 +317,7 @@ def test_post_job_points_queryable_in_victoria_metrics(site: Site, influxdb1, tm
     """The hook writes the same job to VictoriaMetrics' InfluxDB line-protocol endpoint and to
     InfluxDB 1.6.7; every numeric field the job drill-down reads (InfluxDB says which are
     numeric) is in VictoriaMetrics as `<measurement>_<field>{tags}`. String fields (file names,
-    executable, NA reasons) are not stored there: see the README."""
+    executable, NA reasons) are not stored there: see docs/site-scale.md."""
     _hook(site.vm.url, "hpcmon", tmp_path / "spool-vm")
     influxdb1.create_database("hpcmon_site")
     _hook(influxdb1.url, "hpcmon_site", tmp_path / "spool-influx")

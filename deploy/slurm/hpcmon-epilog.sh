@@ -14,7 +14,7 @@
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export PATH
 
-HPCMON_POST_JOB=${HPCMON_POST_JOB:-/opt/hpcmon/bin/hpcmon-post-job}  # README "Install"
+HPCMON_POST_JOB=${HPCMON_POST_JOB:-/opt/hpcmon/bin/hpcmon-post-job}  # docs/install.md
 HPCMON_CONFIG=${HPCMON_CONFIG:-/etc/hpcmon/post-job.yaml}
 HPCMON_HARD_LIMIT=${HPCMON_HARD_LIMIT:-120}   # seconds; keep above time_limit_seconds
 

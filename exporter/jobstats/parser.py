@@ -1,6 +1,6 @@
 """Lustre ``job_stats`` text -> typed records, in one pass and without a YAML loader.
 
-Accepts every layout from Lustre 2.10 to 2.17 (see the format notes in the README): integer or
+Accepts every layout from Lustre 2.10 to 2.17 (format notes: docs/exporter-lustre.md): integer or
 ``secs.nsecs`` times, the unindented 2.15.0 header, ``reqs``/``bytes``/``usecs`` units, glued
 ``max:16777216``, ``hist: {...}``, quoted and ``\\xHH``-escaped ids, ids with spaces, empty
 targets on one line, whole ``lctl get_param`` dumps with other parameters in between, and

@@ -75,9 +75,10 @@ def log_points(
     """``flagged``: header fields found implausible (left out, listed in ``na_reasons``);
     ``partial_modules``: every module Darshan flagged partial, DXT_* included.
 
-    Series per log (the budget, README): 1 job + 1 per module (records fold into their
-    module's series, one point per record at start + k ns) + 2 per heatmap submodule + 1 for
-    the ranks (one point per rank at start + rank ns), whatever the ranks and records."""
+    Series per log (the budget, docs/post-job-data.md): 1 job + 1 per module (records fold
+    into their module's series, one point per record at start + k ns) + 2 per heatmap
+    submodule + 1 for the ranks (one point per rank at start + rank ns), whatever the ranks and
+    records."""
     start_ns = seconds_to_ns(job.start_time)
     job_fields = _job_fields(job, signals, flagged, partial_modules)
     points = [Point("darshan_job", dict(base_tags), job_fields, start_ns)]

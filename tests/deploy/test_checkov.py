@@ -1,6 +1,6 @@
 """The chart and the image under a real policy scanner: checkov (issue 22).
 
-Every value set the chart tests render (the defaults, helm/hpcmon/ci/*.yaml and the README's
+Every value set the chart tests render (the defaults, helm/hpcmon/ci/*.yaml and the documented
 examples) is rendered with Helm's own SDK and scanned with checkov's Kubernetes checks, the
 Dockerfile with its Dockerfile checks. The scan is clean: each check either passes or is
 skipped where the exception is made (a checkov.io/skipN annotation or a checkov:skip comment)

@@ -31,7 +31,7 @@ from hpcmon.post_job.cli import build_flush_parser
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "hpcmon"
 CRD_DIR = Path(__file__).parents[1] / "data" / "prometheus-operator-crd"
-# The chart's example values: ci/ (one per part of the chart) and examples/ (the README's).
+# The chart's example values: ci/ (one per part of the chart) and examples/ (in docs/helm.md).
 EXAMPLES = {
     p.name: p for p in sorted(CHART.glob("*/*-values.yaml")) if p.parent.name in ("ci", "examples")
 }

@@ -338,8 +338,8 @@ def test_the_finished_jobs_dashboard_reads_what_the_hook_writes() -> None:
 
 
 def test_the_hook_evaluates_every_darshan_rule_and_only_those() -> None:
-    """README: at most 1 + 18 series per job (the rules that need Prometheus or VizTracer
-    cannot raise in the hook)."""
+    """docs/post-job-data.md: at most 1 + 18 series per job (the rules that need Prometheus or
+    VizTracer cannot raise in the hook)."""
     from hpcmon.post_job.darshan.reader_pydarshan import read_darshan_log
     from hpcmon.report.darshan_log import darshan_from_log_objects
     from hpcmon.report.insights import RULES, diagnose

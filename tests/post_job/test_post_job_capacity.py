@@ -84,7 +84,7 @@ def test_series_limit_keeps_every_line_then_flush_delivers_all(
     capsys: pytest.CaptureFixture,
 ) -> None:
     key = setting.replace("-", "_")
-    # the README's site deployment on both stores (the capped one with the inmem index), its
+    # the documented site deployment on both stores (the capped one with the inmem index), its
     # policy "jobs" named by --influx.retention-policy (INF: the bundled jobs ran years ago)
     direct_db = f"direct_{key}"
     create_site_database(influxdb1, direct_db)
@@ -158,13 +158,13 @@ def test_lines_filed_as_rejected_for_the_limit_are_sent_by_flush(
 
 
 def test_tsi_index_does_not_enforce_the_series_limit(tmp_path: Path) -> None:
-    """What the README says of a TSI deployment: InfluxDB 1.6.7 ignores
+    """What docs/site-scale.md says of a TSI deployment: InfluxDB 1.6.7 ignores
     max-series-per-database there (the hook's lines all go in whatever the limit)."""
     with servers.run_influxdb1(max_series_per_database=2) as server:
         server.create_database("tsi")
         inputs = JOBS["9102"]
         assert main(["--job-id", "9102", *inputs, *_writers(server, "tsi", tmp_path)]) == 0
-        assert _series_count(server, "tsi") > 2  # 187, see README "InfluxDB for a site"
+        assert _series_count(server, "tsi") > 2  # 187, see docs/site-scale.md
 
 
 @pytest.mark.parametrize(
@@ -212,7 +212,7 @@ def test_bad_data_is_not_taken_for_capacity(answer: str) -> None:
 def test_points_older_than_the_policy_are_rejected_once_with_the_reason(
     influxdb1: servers.InfluxDB1, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    """A log of 2018 into the README's deployment with an 8-day policy: InfluxDB 1.6.7
+    """A log of 2018 into the documented deployment with an 8-day policy: InfluxDB 1.6.7
     answers 400 "partial write: points beyond retention policy dropped=N". Such lines can never
     be written there: every one counted as rejected and filed with the reason, one line naming
     the policy, nothing left queued, and flush does not send them again."""

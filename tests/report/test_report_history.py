@@ -1,7 +1,7 @@
 """The report's history on a real InfluxDB 1.6.7: real Darshan logs of one application
 (mpi-io-test, 2016 to 2025, Darshan 3.0.0 to 3.5.0) written by the real hook as one user's
 runs, and one by another user; the history is checked against what the points say. The
-database is the README's site deployment (tests/influx_site.py): the hook writes and the report
+database is the documented site deployment (tests/influx_site.py): the hook writes and the report
 reads through --influx.retention-policy jobs, a policy that is not the database's default."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ HISTORY = ROOT / "tests/data/darshan-history"
 LOGS = ROOT / "tests/data/darshan/logs"
 SCHEMA = json.loads((ROOT / "report" / "schema.json").read_text())
 DATABASE = "hpcmon_history"  # the dashboards' test writes the runs here (default policy)
-SITE_DATABASE = "hpcmon_history_site"  # this module's: the README's deployment
+SITE_DATABASE = "hpcmon_history_site"  # this module's: the documented deployment
 APP = "mpi-io-test"
 # job id -> (user, log, extra hook flags); log start times 2016-03 ... 2025-11, in this order
 RUNS = {

@@ -5,14 +5,20 @@ For every log: Drishti (drishti-io, ``drishti --csv``) and the report's rules on
 for the codes the report covers (all at Drishti's high or warn level), how many of them the
 report raises too, and the pairs only the report raises. Writes a Markdown table.
 
-    .venv/bin/python docs/drishti_agreement.py LOG_DIR [--out docs/drishti-agreement.md]
+    .venv/bin/python -m devtools.drishti_agreement LOG_DIR [--out docs/drishti-agreement.md]
+        [--sources "where the logs come from (repositories, commits, licences)"]
+
+The page says when and with which versions it was measured (every figure on the documentation
+site names what produced it and when).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import sys
 import tempfile
+from importlib.metadata import version
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,6 +41,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("logs", type=Path)
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "drishti-agreement.md")
+    parser.add_argument("--sources", default="", help="where the logs come from (a paragraph)")
     args = parser.parse_args()
     lines, total, agreed, extra, skipped = [], 0, 0, 0, []
     for log in sorted(args.logs.glob("*.darshan")):
@@ -51,8 +58,15 @@ def main() -> int:
             f"| {log.name} | {' '.join(sorted(theirs)) or '-'} | {' '.join(sorted(mine)) or '-'} |"
         )
     share = agreed / total if total else 1.0
+    measured = (
+        f"Measured {datetime.date.today().isoformat()} with drishti-io {version('drishti-io')}"
+        f" and PyDarshan {version('darshan')} by `python -m devtools.drishti_agreement` on"
+        f" {args.sources or 'the logs under ' + args.logs.name}"
+    ).rstrip(".") + "."
     text = [
         "# Diagnosis agreement with Drishti",
+        "",
+        measured,
         "",
         f"Logs: {len(lines)} (every `.darshan` under the directory given; {len(skipped)} that"
         " Drishti or the reader could not open are left out). Codes: the Drishti triggers the"
