@@ -412,11 +412,10 @@ def _kind(value: object) -> str:
 
 
 def hook_points(flags: Sequence[str], record: Sequence = ()) -> list:
-    """The points the hook stores for these inputs: its own pipeline (hook.run_job), read in
-    this process, without sending."""
+    """The points the hook stores for these inputs (hook.job_points, as hook.run_job makes
+    them), read in this process, without sending."""
     from hpcmon.post_job import cli
-    from hpcmon.post_job.app import identify
-    from hpcmon.post_job.layout import stored_points
+    from hpcmon.post_job.hook import job_points
     from hpcmon.post_job.model import JobContext
     from hpcmon.post_job.sources import collect
 
@@ -425,7 +424,7 @@ def hook_points(flags: Sequence[str], record: Sequence = ()) -> list:
     )
     job = JobContext(JOB_ID, CLUSTER, USER, options.app)
     output = collect(cli.source_requests(options), job)
-    return stored_points(identify([*output.points, *record], job), job)
+    return job_points(output.points, record, job)
 
 
 def slurm_record() -> list:

@@ -42,6 +42,12 @@ class RunReport:
         return found
 
 
+def job_points(read: Sequence[Point], record: Sequence[Point], job: JobContext) -> list[Point]:
+    """What the hook stores of a job: the sources' points and its record, with the job's
+    application (app.py), in the stored layout (layout.py)."""
+    return stored_points(identify([*read, *record], job), job)
+
+
 def run_job(
     job: JobContext,
     requests: Sequence[SourceRequest],
@@ -55,7 +61,7 @@ def run_job(
     source reads (Slurm's view of it), tagged like the sources' points."""
     GUARD.note = "nothing of this run is spooled yet"
     output = collect(requests, job) if policy is None else collect_isolated(requests, job, policy)
-    output.points = stored_points(identify([*output.points, *record], job), job)
+    output.points = job_points(output.points, record, job)
     lines, encode_problems = points_to_lines(output.points)
     report = RunReport(
         points=len(output.points), lines=len(lines), source_errors=output.errors + encode_problems
