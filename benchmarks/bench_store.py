@@ -94,9 +94,10 @@ USERS, APPS_PER_USER = 300, 3
 FIRST_JOB = 4_000_000  # Slurm ids FIRST_JOB + k
 DAY = 86_400
 # The database's shard group duration, both layouts: the bounded series (users', apps') are
-# counted once per shard that holds them, so longer shards count them fewer times (README,
-# "InfluxDB for a site": the recommended 30 days; 7 days was measured before).
-SHARD_DURATION = "30d"
+# counted once per shard that holds them, so longer shards count them fewer times
+# (docs/site-scale.md). InfluxDB starts shard groups at multiples of the duration since
+# 0001-01-01: the 20 days from 2025-01-01 lie in 3 shards of 7 days, 2 of 30 days.
+SHARD_DURATION = "7d"
 INDEX = "job_index"  # the one series a job adds (post_job/layout.py)
 START = 1_735_689_600  # 2025-01-01T00:00:00Z: job k starts START + k * DAY / PER_DAY
 TEMPLATE_JOB = "987654"
