@@ -154,6 +154,8 @@ class SlurmCollector(FamilyCollector):
         try:
             answer = read_squeue(self.squeue, self.timeout, os.environ, self._stopping)
         except SqueueError as exc:
+            if self._stopping.is_set():
+                return self._sample  # the exporter stops: not a failure of squeue
             sample = SlurmSample(up=False, seconds=time.perf_counter() - started)
             self._went_down(str(exc))
         else:
