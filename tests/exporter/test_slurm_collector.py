@@ -11,12 +11,15 @@ import time
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from hpcmon.common import metric_names as names
 from hpcmon.exporter.cli import available_collectors, build_parser
 from hpcmon.exporter.slurm import SlurmCollector
 from tests.exporter.slurm_fakes import (
+    RECORDED,
+    RECORDED_MARKER,
     failing_squeue,
     garbage_squeue,
     hanging_squeue,
@@ -145,3 +148,30 @@ def test_stop_ends_a_hanging_squeue(tmp_path: Path) -> None:
     assert not slurm._periodic.running
     stat = Path(f"/proc/{child}/stat")
     assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_exposition_is_prometheus_clients_own(tmp_path: Path) -> None:
+    """The job series are written from lines escaped once per job (InfoLines): the text is
+    the one prometheus-client writes for the same families, after each answer, also when
+    jobs came and went between them."""
+    first = replaying_squeue(tmp_path / "first")
+    records = RECORDED.read_bytes().split(RECORDED_MARKER + b"\n")
+    changed = tmp_path / "changed.out"
+    hostile = b'77|bob|proj9|gpu|COMPLETING|a "b" \\c {d}\n\xff\xc3'
+    changed.write_bytes(
+        records[2] + RECORDED_MARKER + b"\n" + RECORDED_MARKER + hostile + RECORDED_MARKER + b"\n"
+    )
+    squeue = tmp_path / "squeue"
+    shutil.copy(first, squeue)
+    slurm = collector(squeue)
+    counts = []
+    for answer in (None, changed, None):
+        if answer is not None:
+            replaying_squeue(squeue, answer)
+        elif squeue.read_bytes() != first.read_bytes():
+            shutil.copy(first, squeue)
+        counts.append(len(slurm.sample().jobs))
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(slurm)
+        assert slurm.exposition() == generate_latest(registry)
+    assert counts == [3, 2, 3]
