@@ -207,7 +207,7 @@ class SlurmCollector(FamilyCollector):
 
     def _came_up(self, jobs: int) -> None:
         if self._up is False:
-            log.warning("squeue answers again (%d jobs)", jobs)
+            log.info("squeue answers again (%d jobs)", jobs)
         self._up = True
 
     def _render(self, sample: SlurmSample) -> bytes:

@@ -7,11 +7,11 @@ by a marker chosen at random for each call (``<marker>%A|%u|%a|%P|%T|%j<marker>`
 written before the call can end a record early or make one up, and the name is the last
 field, so a ``|`` in it cannot shift Slurm's own columns. ``squeue --json`` is not used: in
 Slurm 22.05 it ignores ``--states`` and lists every job, pending ones included, with about
-100 fields each (3.4 kB a job here), where this format prints about 60 bytes.
+100 fields each (3.4 kB a job here), where this format prints about 100 bytes.
 
-The job id is ``%A``, Slurm's numeric job id: the ``SLURM_JOB_ID`` of a job, of each array
-task and of each heterogeneous component, which is what Lustre's jobstats record
-(``jobid_var=SLURM_JOB_ID``), not ``%i``'s ``<array id>_<task>`` form.
+The job id is ``%A``, Slurm's numeric job id: the ``SLURM_JOB_ID`` of a job and of each array
+task, which is what Lustre's jobstats record (``jobid_var=SLURM_JOB_ID``), not ``%i``'s
+``<array id>_<task>`` form. Each component of a heterogeneous job is listed with its own id.
 """
 
 from __future__ import annotations
