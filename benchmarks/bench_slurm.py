@@ -9,6 +9,8 @@ itself takes to answer is not measured here: it is one squeue call per interval)
 Measured:
 - one Slurm sample (``SlurmCollector.sample()``: run squeue, parse, render the families,
   swap), median of repeats; the parsing alone; target < 1 s;
+- the real squeue of a private Slurm holding 2,000 pending jobs (skipped without root or
+  Slurm): the collector's call against ``squeue --json`` (what slurmctld and the host spend);
 - scrapes of the real exporter (one scraper, gzip accepted, every 0.1 s for a while): p50 and
   p99 with the Slurm collector sampling every second, against the control in the same run:
   the same exporter and exposition with no sample during the run (interval longer than the
@@ -27,6 +29,7 @@ import json
 import os
 import platform
 import random
+import shlex
 import statistics
 import sys
 import tempfile
@@ -40,15 +43,17 @@ from bench_jobstats import _scrape, _scrape_until  # noqa: E402
 from timing import median_seconds  # noqa: E402
 
 from devtools.servers import run_exporter  # noqa: E402
+from devtools.slurm import run_slurm, slurm_installed  # noqa: E402
 from hpcmon.exporter.cli import available_collectors, build_parser  # noqa: E402
 from hpcmon.exporter.slurm import SlurmCollector  # noqa: E402
-from hpcmon.exporter.squeue import parse_squeue  # noqa: E402
+from hpcmon.exporter.squeue import new_marker, parse_squeue, squeue_command  # noqa: E402
 from tests.exporter.slurm_fakes import RECORDED_MARKER, write_script  # noqa: E402
 
 RESULTS = REPO / "bench-results" / "slurm.json"
 JOBS = 10_000
 TARGET_SAMPLE_S = 1.0
 TARGET_SCRAPE_RATIO = 1.5
+HELD_JOBS = 2_000  # pending jobs in the real slurmctld (sbatch --hold: about 20 ms each)
 CHURN = 100  # jobs that end (and start) between two samples: 10,000 jobs of 50 min, at 30 s
 NO_SAMPLE = 86400.0  # an interval longer than the run: the control, one sample at start only
 
@@ -91,21 +96,17 @@ def write_pool(path: Path, jobs: int) -> int:
     return sum(map(len, parts[:JOBS]))
 
 
-# squeue for the benchmark: at each call the JOBS records that follow the last call's first
-# CHURN records (CHURN jobs ended, CHURN new ones started), with this call's marker.
-CHURNING = """#!{python}
-import sys
-fmt = next(a for a in sys.argv if a.startswith("--format="))[len("--format="):]
-marker = fmt[: fmt.index("%")].encode()
-try:
-    calls = int(open({counter!r}).read())
-except OSError:
-    calls = 0
-open({counter!r}, "w").write(str(calls + 1))
-lines = open({pool!r}, "rb").read().split(b"\\n")[:-1]
-start = calls * {churn} % (len(lines) - {jobs})
-answer = b"\\n".join(lines[start : start + {jobs}]) + b"\\n"
-sys.stdout.buffer.write(answer.replace({recorded!r}, marker))
+# squeue for the benchmark, in sh and C tools as squeue is C (a Python stand-in would spend
+# 0.1 s of CPU per call starting itself, which is not the collector's): at each call the JOBS
+# records that follow the last call's first CHURN records (CHURN jobs ended, CHURN new ones
+# started), with this call's marker ("--format=<marker>%A|...").
+CHURNING = """#!/bin/sh
+for arg; do case "$arg" in --format=*) format="${{arg#--format=}}";; esac; done
+marker="${{format%%%*}}"
+calls=$(cat {counter} 2>/dev/null || echo 0)
+echo $((calls + 1)) > {counter}
+start=$((calls * {churn} % ({pool_jobs} - {jobs}) + 1))
+tail -n +"$start" {pool} | head -n {jobs} | sed "s/{recorded}/$marker/g"
 """
 
 
@@ -113,12 +114,12 @@ def churning_squeue(path: Path, pool: Path) -> Path:
     return write_script(
         path,
         CHURNING.format(
-            python=sys.executable,
-            counter=str(path.with_suffix(".calls")),
-            pool=str(pool),
+            counter=shlex.quote(str(path.with_suffix(".calls"))),
+            pool=shlex.quote(str(pool)),
+            pool_jobs=2 * JOBS,
             churn=CHURN,
             jobs=JOBS,
-            recorded=RECORDED_MARKER,
+            recorded=RECORDED_MARKER.decode(),
         ),
     )
 
@@ -143,6 +144,28 @@ def sample_cost(squeue: Path, pool: Path, repeats: int) -> dict:
         "parse_median_s": median_seconds(lambda: parse_squeue(answer, RECORDED_MARKER), repeats),
         "exposition_bytes": len(collector.exposition()),
     }
+
+
+def real_squeue(held: int, repeats: int) -> dict | None:
+    """The real squeue of a private Slurm 22.05 (devtools/slurm.py) holding ``held`` pending
+    jobs: the collector's call against ``squeue --json``, which 22.05 answers with every job
+    whatever ``--states`` says. slurmctld's side of one sample; None without Slurm or root."""
+    if os.geteuid() != 0 or not slurm_installed():
+        return None
+    with run_slurm(nodes=1) as cluster:
+        for number in range(held):
+            cluster.sbatch("#!/bin/sh\ntrue\n", job_name=f"held-{number}", extra_args=["--hold"])
+        ours = squeue_command("squeue", new_marker())
+        json_command = ["squeue", "--json"]
+        return {
+            "held_jobs": held,
+            "collector_call_median_s": median_seconds(lambda: cluster.run(ours), repeats),
+            "json_median_s": median_seconds(lambda: cluster.run(json_command), repeats),
+            "json_bytes": len(cluster.run(json_command).stdout.encode()),
+            "all_jobs_in_format_bytes": len(
+                cluster.run([c for c in ours if not c.startswith("--states")]).stdout.encode()
+            ),
+        }
 
 
 def scrape_run(squeue: Path | None, interval: float, seconds: float, workdir: Path) -> dict:
@@ -181,7 +204,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-slurm-") as tmp:
         work = Path(tmp)
         pool = work / "pool.out"
-        answer_bytes = write_pool(pool, 2 * JOBS)
+        answer_bytes = write_pool(pool, 2 * JOBS)  # the pool_jobs of CHURNING
         squeue = churning_squeue(work / "squeue", pool)
         sample = sample_cost(squeue, pool, repeats)
         runs = {}
@@ -191,6 +214,7 @@ def main(argv: list[str]) -> int:
             ("slurm_sampling_1s", squeue, 1.0),
         ):
             runs[name] = scrape_run(program, interval, seconds, work / name)
+    real = real_squeue(300 if args.quick else HELD_JOBS, repeats)
     control, sampling = runs["slurm_not_sampling"], runs["slurm_sampling_1s"]
     ratios = {
         "p50_sampling_over_control": sampling["p50_s"] / control["p50_s"],
@@ -208,6 +232,7 @@ def main(argv: list[str]) -> int:
         **sample,
         "scrapes": runs,
         **ratios,
+        "real_squeue": real,
         "targets": {"sample_s": TARGET_SAMPLE_S, "scrape_ratio": TARGET_SCRAPE_RATIO},
         "targets_met": ok,
         "machine": {
@@ -232,6 +257,14 @@ def main(argv: list[str]) -> int:
     print(f"sampling / control: p50 {ratios['p50_sampling_over_control']:.2f}x, "
           f"p99 {ratios['p99_sampling_over_control']:.2f}x "
           f"(target <= {TARGET_SCRAPE_RATIO:g}x)")  # fmt: skip
+    if real is None:
+        print("real squeue: skipped (needs root and Slurm: ./scripts/install-servers.sh)")
+    else:
+        print(f"real squeue, {real['held_jobs']:,} pending jobs in slurmctld: the collector's "
+              f"call {real['collector_call_median_s'] * 1e3:.0f} ms, squeue --json "
+              f"{real['json_median_s'] * 1e3:.0f} ms ({real['json_bytes'] / 1e6:.1f} MB; "
+              f"every job in the collector's format: "
+              f"{real['all_jobs_in_format_bytes'] / 1e6:.2f} MB)")  # fmt: skip
     print(f"targets {'met' if ok else 'NOT all met'}; written to {RESULTS}")
     return 0
 

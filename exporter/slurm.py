@@ -21,8 +21,9 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from operator import attrgetter
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -58,6 +59,7 @@ class SlurmSample:
     jobs: tuple[SlurmJobState, ...] = ()
     bad_records: int = 0
     seconds: float = 0.0  # how long squeue and the parsing took
+    records: tuple[bytes, ...] = field(default=(), compare=False)  # each job's squeue record
 
 
 INFO_HELP = (
@@ -84,7 +86,7 @@ def sample_families(sample: SlurmSample, *, with_info: bool = True) -> list[Metr
     )
     if not sample.up:
         return [up, duration, bad]
-    counts = Counter(job.state for job in sample.jobs)
+    counts = Counter(map(attrgetter("state"), sample.jobs))
     jobs = GaugeMetricFamily(
         names.SLURM_JOBS, "Jobs in squeue's last answer, per state.", labels=["state"]
     )
@@ -100,23 +102,24 @@ def sample_families(sample: SlurmSample, *, with_info: bool = True) -> list[Metr
 
 class InfoLines:
     """The ``hpc_slurm_job_info`` lines, each escaped once while its job lives (by
-    prometheus-client's own writer): 10,000 jobs through its generic writer at every sample
-    would hold the interpreter for a second and delay the scrapes meanwhile."""
+    prometheus-client's own writer), found again by the job's squeue record: 10,000 jobs
+    through the generic writer at every sample would hold the interpreter for a second and
+    delay the scrapes meanwhile."""
 
     def __init__(self) -> None:
-        self._lines: dict[SlurmJobState, str] = {}
+        self._lines: dict[bytes, bytes] = {}
 
-    def render(self, jobs: Iterable[SlurmJobState]) -> bytes:
-        """The family's text, as prometheus-client writes it (the tests compare)."""
-        jobs = list(jobs)
-        new = list(dict.fromkeys(job for job in jobs if job not in self._lines))
-        known = {job: self._lines[job] for job in jobs if job in self._lines}
-        escaped = escape_label_sets(INFO_LABELS, new)
-        for job, labels in zip(new, escaped, strict=True):
-            known[job] = f"{names.SLURM_JOB_INFO}{{{labels}}} 1.0\n"
-        self._lines = known
+    def render(self, jobs: Sequence[SlurmJobState], records: Sequence[bytes]) -> bytes:
+        """The family's text, as prometheus-client writes it (the tests compare); ``records``:
+        each job's record (parse_squeue hashed them already, so the lookups cost little)."""
+        lines = list(map(self._lines.get, records))  # whole-list operations: 10,000 jobs
+        missing = [index for index, line in enumerate(lines) if line is None]
+        escaped = escape_label_sets(INFO_LABELS, [jobs[index] for index in missing])
+        for index, labels in zip(missing, escaped, strict=True):
+            lines[index] = f"{names.SLURM_JOB_INFO}{{{labels}}} 1.0\n".encode()
+        self._lines = dict(zip(records, lines, strict=True))
         header = f"# HELP {names.SLURM_JOB_INFO} {INFO_HELP}\n# TYPE {names.SLURM_JOB_INFO} gauge\n"
-        return (header + "".join(known[job] for job in jobs)).encode()
+        return header.encode() + b"".join(lines)
 
 
 @register
@@ -160,8 +163,8 @@ class SlurmCollector(FamilyCollector):
         self._problems = ProblemLog(log, repeat_seconds=3600)
         self._sample = SlurmSample(up=False)
         self._info = InfoLines()
-        self._known: dict[bytes, SlurmJobState] = {}  # the last answer's records
-        self._rendered = Compressed.lazy(self._render(self._sample))
+        self._known: dict[bytes, SlurmJobState | None] = {}  # the last answer's records
+        self._rendered = Compressed.of(self._render(self._sample))
         self._up: bool | None = None  # squeue answered at the last sample; None: not asked yet
 
     def start(self) -> None:
@@ -185,7 +188,11 @@ class SlurmCollector(FamilyCollector):
         else:
             self._known = answer.by_record
             sample = SlurmSample(
-                True, answer.jobs, answer.bad_records, time.perf_counter() - started
+                True,
+                answer.jobs,
+                answer.bad_records,
+                time.perf_counter() - started,
+                answer.records,
             )
             self._came_up(len(answer.jobs))
             if answer.bad_records:
@@ -193,7 +200,7 @@ class SlurmCollector(FamilyCollector):
                     "squeue's answer has pieces that are not job records; they are left out "
                     f"({names.SLURM_BAD_RECORDS})"
                 )
-        rendered = Compressed.lazy(self._render(sample))
+        rendered = Compressed.of(self._render(sample))
         self._sample, self._rendered = sample, rendered  # one after the other: both are whole
         return sample
 
@@ -213,7 +220,7 @@ class SlurmCollector(FamilyCollector):
     def _render(self, sample: SlurmSample) -> bytes:
         """The exposition of a sample: the job series through InfoLines."""
         small = render_families(sample_families(sample, with_info=False))
-        return small + self._info.render(sample.jobs) if sample.up else small
+        return small + self._info.render(sample.jobs, sample.records) if sample.up else small
 
     def collect(self) -> Iterable[Metric]:
         return sample_families(self._sample)
