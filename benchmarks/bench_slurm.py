@@ -11,11 +11,11 @@ Measured:
   swap), median of repeats; the parsing alone; target < 1 s;
 - the real squeue of a private Slurm holding 2,000 pending jobs (skipped without root or
   Slurm): the collector's call against ``squeue --json`` (what slurmctld and the host spend);
-- scrapes of the real exporter (one scraper, gzip accepted, every 0.1 s for a while): p50 and
-  p99 with the Slurm collector sampling every second, against the control in the same run:
-  the same exporter and exposition with no sample during the run (interval longer than the
-  run); and, for reference, the exporter without the Slurm collector. Target: p50 and p99
-  while sampling within 1.5x of the control (the noise of this shared machine).
+- scrapes of the real exporter (one scraper, gzip accepted, every 0.1 s): p50 and p99 with the
+  Slurm collector sampling every second, against the control in the same run: the same
+  exporter and exposition with no sample during the run (interval longer than the run), the
+  two in turn twice; and, for reference, the exporter without the Slurm collector. Target: p50
+  and p99 while sampling within 1.5x of the control (the noise of this shared machine).
 
     .venv/bin/python benchmarks/bench_slurm.py [--quick]
 
@@ -168,7 +168,11 @@ def real_squeue(held: int, repeats: int) -> dict | None:
         }
 
 
-def scrape_run(squeue: Path | None, interval: float, seconds: float, workdir: Path) -> dict:
+def scrape_latencies(
+    squeue: Path | None, interval: float, seconds: float, workdir: Path
+) -> tuple[list[float], int]:
+    """Scrape times of a new exporter (one scrape every 0.1 s for ``seconds``, gzip
+    accepted; the first one apart), and its text size."""
     args = ["--no-collector.jobstats", "--collector.postjob",
             f"--postjob.spool-dir={workdir / 'spool'}", "--log.level=warn"]  # fmt: skip
     workdir.mkdir()
@@ -183,16 +187,34 @@ def scrape_run(squeue: Path | None, interval: float, seconds: float, workdir: Pa
             time.sleep(0.2)
         _, found = _scrape_until(url, seconds, period=0.1, offset=0.0)
         text_bytes = _scrape(url, gzip_ok=True)[2]
-    latencies = sorted(s for s, _, _ in found)
+    return [seconds for seconds, _, _ in found], text_bytes
+
+
+def summary(latencies: list[float], text_bytes: int) -> dict:
+    ordered = sorted(latencies)
     return {
-        "slurm": squeue is not None,
-        "sampling_interval_s": interval if squeue is not None else None,
-        "scrapes": len(latencies),
-        "p50_s": statistics.median(latencies),
-        "p99_s": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
+        "scrapes": len(ordered),
+        "p50_s": statistics.median(ordered),
+        "p99_s": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
         "text_bytes": text_bytes,
-        "wire_bytes_median": statistics.median(w for _, w, _ in found),
     }
+
+
+def scrape_runs(squeue: Path, seconds: float, work: Path) -> dict[str, dict]:
+    """The exporter without the Slurm collector, then the control (no sample during the run)
+    and the Slurm collector sampling every second, in turn twice (so that what else the
+    machine does falls on both alike), each kind's scrapes pooled."""
+    found: dict[str, tuple[list[float], int]] = {}
+    plan = [("without_slurm", None, 0.0)] + [
+        ("slurm_not_sampling", squeue, NO_SAMPLE),
+        ("slurm_sampling_1s", squeue, 1.0),
+    ] * 2
+    for number, (name, program, interval) in enumerate(plan):
+        latencies, text_bytes = scrape_latencies(
+            program, interval, seconds / 2, work / f"{number}-{name}"
+        )
+        found[name] = (found.get(name, ([], 0))[0] + latencies, text_bytes)
+    return {name: summary(*kind) for name, kind in found.items()}
 
 
 def main(argv: list[str]) -> int:
@@ -207,13 +229,7 @@ def main(argv: list[str]) -> int:
         answer_bytes = write_pool(pool, 2 * JOBS)  # the pool_jobs of CHURNING
         squeue = churning_squeue(work / "squeue", pool)
         sample = sample_cost(squeue, pool, repeats)
-        runs = {}
-        for name, program, interval in (
-            ("without_slurm", None, 0.0),
-            ("slurm_not_sampling", squeue, NO_SAMPLE),
-            ("slurm_sampling_1s", squeue, 1.0),
-        ):
-            runs[name] = scrape_run(program, interval, seconds, work / name)
+        runs = scrape_runs(squeue, seconds, work)
     real = real_squeue(300 if args.quick else HELD_JOBS, repeats)
     control, sampling = runs["slurm_not_sampling"], runs["slurm_sampling_1s"]
     ratios = {
