@@ -127,7 +127,7 @@ class SlurmCollector(FamilyCollector):
     name = "slurm"
     description = (
         "Slurm's running and completing jobs (one squeue call per interval; on one host per "
-        "cluster with the Slurm client configuration)"
+        f"cluster with the Slurm client configuration; job names cut to {MAX_JOB_NAME} characters)"
     )
     enabled_by_default = False
 

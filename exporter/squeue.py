@@ -35,7 +35,7 @@ from hpcmon.post_job.slurm import SLURM_NAME
 STATES = ("RUNNING", "COMPLETING")  # what is asked for; squeue may print a finer state
 FIELDS = "%A|%u|%a|%P|%T|%j"  # job id | user | account | partition | state | name (the rest)
 MAX_JOB_NAME = 64  # characters kept of a job name (Slurm allows 1024): the label stays short
-MAX_ANSWER = 64 << 20  # bytes; 10,000 jobs with 64-character names are about 1.3 MB
+MAX_ANSWER = 64 << 20  # bytes; the answer for 10,000 jobs is about 1 MB
 # job id | user name, or the uid of a user without one | account | partition | state | name
 _RECORD = re.compile(
     rf"([0-9]{{1,20}})\|({USER_NAME.pattern}|[0-9]{{1,10}})\|(\(null\)|{SLURM_NAME.pattern})"
@@ -47,8 +47,8 @@ _MAX_RECORD = 1024  # bytes: the longest fixed fields (about 350) and a name of 
 
 class SlurmJobState(NamedTuple):
     """One job as squeue lists it; every field is the text Slurm printed (the name cut to
-    MAX_JOB_NAME characters, bytes that are not UTF-8 replaced by U+FFFD). A tuple: hashed
-    and compared at C speed, 10,000 of them at every sample."""
+    MAX_JOB_NAME characters, bytes that are not UTF-8 replaced by U+FFFD). A tuple: made and
+    read at C speed, 10,000 of them at every sample."""
 
     jobid: str
     user: str
