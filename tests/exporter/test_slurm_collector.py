@@ -150,8 +150,19 @@ def test_stop_ends_a_hanging_squeue(tmp_path: Path) -> None:
     child = pid_file.read_text().strip()
     slurm.stop()
     assert not slurm._periodic.running
-    stat = Path(f"/proc/{child}/stat")
-    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    for _ in range(100):  # SIGKILL is sent; the process may take a moment to die
+        if not _alive(child):
+            break
+        time.sleep(0.1)
+    assert not _alive(child)
+
+
+def _alive(pid: str) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
 
 
 def test_exposition_is_prometheus_clients_own(tmp_path: Path) -> None:
