@@ -248,6 +248,14 @@ def _postjob(workdir: Path) -> list[str]:
     return [f"--postjob.spool-dir={spool}"]
 
 
+def _slurm(workdir: Path) -> list[str]:
+    """squeue's answer recorded on the test Slurm (tests/data/slurm), replayed by a stand-in."""
+    from tests.exporter.slurm_fakes import replaying_squeue
+
+    squeue = replaying_squeue(workdir / "squeue")
+    return [f"--slurm.squeue={squeue}", "--slurm.interval=0.2"]
+
+
 # collector -> the runs that show its families (a collector not named here runs once with its
 # default flags). Each run enables only that collector.
 COLLECTOR_SCENARIOS: dict[str, list[tuple[Scenario, Context]]] = {
@@ -259,6 +267,7 @@ COLLECTOR_SCENARIOS: dict[str, list[tuple[Scenario, Context]]] = {
     "geopm": [(_powercap, contextlib.nullcontext), (_geopmdpy, _geopmdpy_standin)],
     "jobs": [(_jobs, contextlib.nullcontext)],
     "postjob": [(_postjob, contextlib.nullcontext)],
+    "slurm": [(_slurm, contextlib.nullcontext)],
 }
 
 
