@@ -33,6 +33,13 @@ CPU_POWER = "geopm_cpu_power_watts"
 GEOPM_UP = "geopm_up"  # source
 NODE_JOB_INFO = "hpc_node_job_info"  # jobid, uid; value 1
 
+# Slurm's queue, --collector.slurm on a controller (squeue): one series per running or
+# completing job (jobid, user, account, partition, job_name, state; value 1), jobs per state,
+# and whether squeue answered (0: no job series). A controller pair exports a job twice.
+SLURM_JOB_INFO = "hpc_slurm_job_info"
+SLURM_JOBS = "hpc_slurm_jobs"  # state
+SLURM_UP = "hpc_slurm_up"
+
 # The node's post-job spool, --collector.postjob (label: kind, the server API: influx-v1/-v2).
 POSTJOB_SPOOL_LINES = "hpcmon_postjob_spool_lines"
 POSTJOB_SPOOL_FILES = "hpcmon_postjob_spool_files"
