@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from grafanalib import core
 
 from hpcmon.common import metric_names as m
@@ -11,7 +13,13 @@ from . import promql, rules
 from .config import Config
 from .grafana import PROMETHEUS, PanelSpec, Query
 from .uids import JOB_UID, JOBS_UID, OVERVIEW_UID
-from .variables import cluster_matcher, jobstats_matchers, overview_variables
+from .variables import (
+    SLURM_FILTER,
+    cluster_matcher,
+    jobstats_matchers,
+    overview_variables,
+    slurm_matchers,
+)
 
 RATE = "$__rate_interval"
 JOB_LINK_TITLE = "Job drill-down"
@@ -30,19 +38,38 @@ def _spec(title: str, unit: str, *queries: Query, description: str = "") -> Pane
     return PanelSpec(PROMETHEUS, title, unit, list(queries), description=description)
 
 
+# Columns of a top-jobs table: the job, then Slurm's names of it (empty for a job Slurm does
+# not list), then the jobid-pattern labels and the value.
+SLURM_COLUMNS = {"jobid": 0, "job_name": 1, "user": 2, "account": 3}
+
+
+def _named_jobs(config: Config, expr_of: Callable[[str], str], on: str = "") -> str:
+    """The per-job `expr_of(matchers)` with user, account and job name from Slurm for the jobs
+    of the chosen accounts and users; under All, also the jobs Slurm does not list."""
+    return promql.named_by_slurm(
+        expr_of(""),
+        on or config.slurm_jobid_label,
+        config.cluster_label,
+        matchers=slurm_matchers(config),
+        unknown=expr_of(SLURM_FILTER),
+    )
+
+
 def _top_jobs_table(title: str, unit: str, expr: str, config: Config, description: str):
     spec = _spec(title, unit, Query(f"topk({config.top_jobs}, {expr})", instant=True))
     spec.description = description
     spec.links = [job_link()]
     spec.link_field = "jobid"
+    value = title.split(" by ")[-1]
     organize = {
         "id": "organize",
         "options": {
             "excludeByName": {"Time": True},
-            "renameByName": {"Value": title.split(" by ")[-1]},
+            "indexByName": SLURM_COLUMNS,
+            "renameByName": {"Value": value, "job_name": "job name"},
         },
     }
-    return g.table(spec, sort_by=title.split(" by ")[-1], transformations=[organize])
+    return g.table(spec, sort_by=value, transformations=[organize])
 
 
 def build(config: Config) -> core.Dashboard:
@@ -104,7 +131,9 @@ def build(config: Config) -> core.Dashboard:
         _top_jobs_table(
             "Top jobs by write rate",
             "Bps",
-            f"sum {job_by} ({rates.bytes('write', sel, RATE)})",
+            _named_jobs(
+                config, lambda more: f"sum {job_by} ({rates.bytes('write', _and(sel, more), RATE)})"
+            ),
             config,
             "Bytes written per second, all targets. Click a job for its drill-down.",
         ),
@@ -114,7 +143,9 @@ def build(config: Config) -> core.Dashboard:
         _top_jobs_table(
             "Top jobs by read rate",
             "Bps",
-            f"sum {job_by} ({rates.bytes('read', sel, RATE)})",
+            _named_jobs(
+                config, lambda more: f"sum {job_by} ({rates.bytes('read', _and(sel, more), RATE)})"
+            ),
             config,
             "Bytes read per second, all targets. Click a job for its drill-down.",
         ),
@@ -124,7 +155,9 @@ def build(config: Config) -> core.Dashboard:
         _top_jobs_table(
             "Top jobs by metadata operations",
             "ops",
-            f"sum {job_by} ({rates.metadata_ops(sel, RATE)})",
+            _named_jobs(
+                config, lambda more: f"sum {job_by} ({rates.metadata_ops(_and(sel, more), RATE)})"
+            ),
             config,
             "Metadata operations per second, all MDTs. Click a job for its drill-down.",
         ),
@@ -224,6 +257,9 @@ def build(config: Config) -> core.Dashboard:
         ),
         width=12,
     )
+
+    for owner in ("account", "user"):
+        _owner_row(layout, config, owner, sel, job_filter, node)
 
     layout.row("Health")
     health = ", ".join(x for x in (cluster, 'instance=~"$instance"') if x)
@@ -372,12 +408,81 @@ def build(config: Config) -> core.Dashboard:
     )
 
 
+def _owner_row(
+    layout: g.Layout, config: Config, owner: str, sel: str, job_filter: str, node: str
+) -> None:
+    """Bytes/s, metadata operations/s and power of the jobs Slurm lists, summed per account
+    or per user (jobs Slurm does not list are in no sum)."""
+    rates = promql.Rates(config)
+    slurm = slurm_matchers(config)
+    job_by = "by (" + ", ".join(["jobid", *config.jobid_labels]) + ")"
+    on = config.slurm_jobid_label
+
+    def per_owner(per_job: str, join_on: str = on) -> str:
+        joined = promql.with_slurm_job(per_job, join_on, slurm, config.cluster_label)
+        return f"sum by ({owner}) (\n{joined}\n)"
+
+    layout.row(f"By {owner} (Slurm's running jobs)")
+    layout.add(
+        g.timeseries(
+            _spec(
+                f"Lustre throughput by {owner}",
+                "Bps",
+                *(
+                    Query(
+                        per_owner(f"sum {job_by} ({rates.bytes(direction, sel, RATE)})"),
+                        legend=f"{{{{{owner}}}}} {direction}",
+                    )
+                    for direction in ("write", "read")
+                ),
+                description=f"Bytes per second of the jobs of each {owner}, all targets.",
+            )
+        ),
+        width=8,
+    )
+    layout.add(
+        g.timeseries(
+            _spec(
+                f"Metadata operations by {owner}",
+                "ops",
+                Query(
+                    per_owner(f"sum {job_by} ({rates.metadata_ops(sel, RATE)})"),
+                    legend=f"{{{{{owner}}}}}",
+                ),
+                description=f"Metadata operations per second of the jobs of each {owner}.",
+            ),
+            stacked=True,
+        ),
+        width=8,
+    )
+    layout.add(
+        g.timeseries(
+            _spec(
+                f"Power by {owner}",
+                "watt",
+                Query(
+                    per_owner(promql.job_power(RATE, job_filter, node), "jobid"),
+                    legend=f"{{{{{owner}}}}}",
+                ),
+                description=f"Power of the jobs of each {owner} (shared nodes split equally).",
+            ),
+            stacked=True,
+        ),
+        width=8,
+    )
+
+
+def _and(*matchers: str) -> str:
+    return ", ".join(x for x in matchers if x)
+
+
 def _energy_table(config: Config, job_filter: str, node: str):
+    energy_of = lambda more: promql.job_energy_kwh(RATE, _and(job_filter, more), node)  # noqa: E731
     energy = _spec(
         "Energy per job over the time range",
         "kwatth",
         Query(
-            f"topk({config.top_jobs}, {promql.job_energy_kwh(RATE, job_filter, node)})",
+            f"topk({config.top_jobs}, {_named_jobs(config, energy_of, on='jobid')})",
             instant=True,
         ),
         description=(
@@ -393,7 +498,11 @@ def _energy_table(config: Config, job_filter: str, node: str):
         transformations=[
             {
                 "id": "organize",
-                "options": {"excludeByName": {"Time": True}, "renameByName": {"Value": "kWh"}},
+                "options": {
+                    "excludeByName": {"Time": True},
+                    "indexByName": SLURM_COLUMNS,
+                    "renameByName": {"Value": "kWh", "job_name": "job name"},
+                },
             }
         ],
     )
