@@ -36,6 +36,7 @@ COLLECTOR_MODULES = (
     "hpcmon.exporter.geopm.collector",
     "hpcmon.exporter.node_jobs",
     "hpcmon.exporter.postjob",
+    "hpcmon.exporter.slurm",
 )
 
 
@@ -47,7 +48,7 @@ def available_collectors() -> dict[str, type[Collector]]:
             if exc.name and module_name.startswith(exc.name):
                 continue
             raise
-    order = {"jobstats": 0, "geopm": 1, "jobs": 2, "postjob": 3}
+    order = {"jobstats": 0, "geopm": 1, "jobs": 2, "postjob": 3, "slurm": 4}
     return dict(sorted(REGISTERED.items(), key=lambda item: order.get(item[0], 99)))
 
 
@@ -56,7 +57,7 @@ def build_parser(collectors: dict[str, type[Collector]]) -> argparse.ArgumentPar
         prog="hpcmon-exporter",
         usage="%(prog)s [flags]  (--help lists them)",  # one line before a flag error
         description="Prometheus exporter: Lustre jobstats, GEOPM/RAPL power, jobs on the node, "
-        "the post-job spool.",
+        "the post-job spool, Slurm's running jobs.",
         epilog="hpcmon-exporter --print-series-budget --help: series and Prometheus memory of a "
         "site's shape, instead of running.",
     )

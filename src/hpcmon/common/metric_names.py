@@ -52,6 +52,10 @@ POSTJOB_SPOOL_UP = "hpcmon_postjob_spool_up"  # 0: the exporter cannot read the 
 COLLECTOR_SUCCESS = "hpcmon_exporter_collector_success"
 COLLECTOR_DURATION = "hpcmon_exporter_collector_duration_seconds"
 
+# The Slurm collector's own health (no label): its last squeue call.
+SLURM_SAMPLE_DURATION = "hpc_slurm_sample_duration_seconds"
+SLURM_BAD_RECORDS = "hpc_slurm_squeue_bad_records"  # pieces of the answer left out
+
 # Energy counters that add up to a node's power without counting a domain twice (the board
 # domain, psys, already includes the package and DRAM, so it is left out).
 NODE_ENERGY_COUNTERS = (CPU_ENERGY, DRAM_ENERGY, GPU_ENERGY)
