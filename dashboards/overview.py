@@ -12,6 +12,7 @@ from . import grafana as g
 from . import promql, rules
 from .config import Config
 from .grafana import PROMETHEUS, PanelSpec, Query
+from .promql import selector
 from .uids import JOB_UID, JOBS_UID, OVERVIEW_UID
 from .variables import (
     SLURM_FILTER,
@@ -259,7 +260,7 @@ def build(config: Config) -> core.Dashboard:
     )
 
     for owner in ("account", "user"):
-        _owner_row(layout, config, owner, sel, job_filter, node)
+        _owner_row(layout, config, owner)
 
     layout.row("Health")
     health = ", ".join(x for x in (cluster, 'instance=~"$instance"') if x)
@@ -408,68 +409,53 @@ def build(config: Config) -> core.Dashboard:
     )
 
 
-def _owner_row(
-    layout: g.Layout, config: Config, owner: str, sel: str, job_filter: str, node: str
-) -> None:
+def _owner_row(layout: g.Layout, config: Config, owner: str) -> None:
     """Bytes/s, metadata operations/s and power of the jobs Slurm lists, summed per account
-    or per user (jobs Slurm does not list are in no sum)."""
-    rates = promql.Rates(config)
-    slurm = slurm_matchers(config)
-    job_by = "by (" + ", ".join(["jobid", *config.jobid_labels]) + ")"
-    on = config.slurm_jobid_label
-
-    def per_owner(per_job: str, join_on: str = on) -> str:
-        joined = promql.with_slurm_job(per_job, join_on, slurm, config.cluster_label)
-        return f"sum by ({owner}) (\n{joined}\n)"
-
-    layout.row(f"By {owner} (Slurm's running jobs)")
-    layout.add(
-        g.timeseries(
-            _spec(
-                f"Lustre throughput by {owner}",
-                "Bps",
-                *(
-                    Query(
-                        per_owner(f"sum {job_by} ({rates.bytes(direction, sel, RATE)})"),
-                        legend=f"{{{{{owner}}}}} {direction}",
-                    )
-                    for direction in ("write", "read")
-                ),
-                description=f"Bytes per second of the jobs of each {owner}, all targets.",
-            )
+    or per user (jobs Slurm does not list are in no sum): the recorded 5-minute series, cheap
+    at any number of jobs."""
+    chosen = selector(cluster_matcher(config), f'{owner}=~"${owner}"')
+    bytes_, metadata = {
+        "account": (rules.ACCOUNT_BYTES, rules.ACCOUNT_METADATA_OPS),
+        "user": (rules.USER_BYTES, rules.USER_METADATA_OPS),
+    }[owner]
+    job_power = rules.JOB_POWER + selector(cluster_matcher(config))
+    power = promql.with_slurm_job(job_power, "jobid", slurm_matchers(config), config.cluster_label)
+    layout.row(f"By {owner} (Slurm's running jobs, 5-minute averages)")
+    for title, unit, expr, legend, description in (
+        (
+            "Lustre throughput",
+            "Bps",
+            f"sum by ({owner}, direction) ({bytes_}{chosen})",
+            f"{{{{{owner}}}}} {{{{direction}}}}",
+            f"Bytes read and written per second ({bytes_})",
         ),
-        width=8,
-    )
-    layout.add(
-        g.timeseries(
-            _spec(
-                f"Metadata operations by {owner}",
-                "ops",
-                Query(
-                    per_owner(f"sum {job_by} ({rates.metadata_ops(sel, RATE)})"),
-                    legend=f"{{{{{owner}}}}}",
+        (
+            "Metadata operations",
+            "ops",
+            f"sum by ({owner}) ({metadata}{chosen})",
+            f"{{{{{owner}}}}}",
+            f"Metadata operations per second, all MDTs ({metadata})",
+        ),
+        (
+            "Power",
+            "watt",
+            f"sum by ({owner}) (\n{power}\n)",
+            f"{{{{{owner}}}}}",
+            f"Power, shared nodes split equally ({rules.JOB_POWER} joined with Slurm's jobs)",
+        ),
+    ):
+        layout.add(
+            g.timeseries(
+                _spec(
+                    f"{title} by {owner}",
+                    unit,
+                    Query(expr, legend=legend),
+                    description=f"{description}, of the jobs of each {owner}.",
                 ),
-                description=f"Metadata operations per second of the jobs of each {owner}.",
+                stacked=True,
             ),
-            stacked=True,
-        ),
-        width=8,
-    )
-    layout.add(
-        g.timeseries(
-            _spec(
-                f"Power by {owner}",
-                "watt",
-                Query(
-                    per_owner(promql.job_power(RATE, job_filter, node), "jobid"),
-                    legend=f"{{{{{owner}}}}}",
-                ),
-                description=f"Power of the jobs of each {owner} (shared nodes split equally).",
-            ),
-            stacked=True,
-        ),
-        width=8,
-    )
+            width=8,
+        )
 
 
 def _and(*matchers: str) -> str:
