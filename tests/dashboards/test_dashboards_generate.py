@@ -87,6 +87,8 @@ def test_generate_writes_every_file_the_same_twice(tmp_path: Path) -> None:
         ('"col\\nour": blue\n', "'col\\nour': unknown key"),  # one line, whatever the key
         ("jobid_labels: [job-id]\n", "not a usable label name"),
         ("jobid_labels: [target]\n", "not a usable label name"),
+        ("jobid_labels: [account]\n", "not a usable label name"),  # the join with Slurm's
+        ("slurm_jobid_label: slurm_job\n", "'jobid' or one of jobid_labels"),
         ("rates_from: both\n", "rates_from"),
         ("thresholds: {metadata_storm_for: ten minutes}\n", "not a Prometheus duration"),
         ("grafana_url: grafana\n", "expected an http(s) URL"),
