@@ -162,7 +162,7 @@ def _view(prom: Prometheus) -> str:
         labels = alert["metric"]
         where = " ".join(
             f"{key}={labels[key]}"
-            for key in ("jobid", "user", "account", "job_name", "target", "direction")
+            for key in ("jobid", "job_name", "user", "account", "target", "direction")
             if key in labels
         )
         lines.append(f"   {labels['alertname']:<26} {where}")
