@@ -47,7 +47,8 @@ SLURM_JOBS = {
     STORM_JOB: SlurmJob("metadata-storm", "climate", "nobody", 65534),
     OTHER_JOB: SlurmJob("lattice qcd", "physics", "daemon", 1),
 }
-JOBID_PATTERN = r"(?P<exe>[A-Za-z_][\w-]*)\.(?P<uid>\d+)"  # procname_uid ids, e.g. gzip.2748
+# procname_uid ids (gzip.2748), or Slurm's plain numeric ids, as slurm_job (43)
+JOBID_PATTERN = r"(?P<exe>[A-Za-z_][\w-]*)\.(?P<uid>\d+)|(?P<slurm_job>\d+)"
 SCRAPE_JOB = "hpcmon-jobstats"
 
 

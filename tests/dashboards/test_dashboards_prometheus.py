@@ -58,7 +58,13 @@ VALUES = {"__rate_interval": "15s", "__range": "2m", "__interval": "5s", "__inte
 def configs(tmp_path_factory) -> dict[str, dashboards_config.Config]:
     path = tmp_path_factory.mktemp("config") / "live.yaml"
     path.write_text(yaml.safe_dump(LIVE_CONFIG))
-    return {"default": dashboards_config.load(None), "live": dashboards_config.load(path)}
+    live = dashboards_config.load(path)
+    # A site whose Lustre series give Slurm's id in slurm_job (a group of the jobid pattern):
+    # the same dashboards, joined with Slurm's job list on that label.
+    slurm_job = dashboards_config.replace(
+        live, jobid_labels=("uid", "slurm_job"), slurm_jobid_label="slurm_job"
+    )
+    return {"default": dashboards_config.load(None), "live": live, "slurm_job": slurm_job}
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +100,7 @@ def _run(prom, query: str, values: dict[str, str]) -> list[dict]:
     return prom.query(lint.substitute_variables(query, values))
 
 
-@pytest.mark.parametrize("config_name", ["default", "live"])
+@pytest.mark.parametrize("config_name", ["default", "live", "slurm_job"])
 def test_every_dashboard_promql_returns_data(stack: LiveStack, configs, config_name) -> None:
     prom = stack.prometheus
     empty = []
@@ -268,7 +274,7 @@ def test_storming_job_alert_names_its_slurm_job(stack: LiveStack) -> None:
     ] == [(job.user, job.account, job.name)]
 
 
-@pytest.mark.parametrize("config_name", ["default", "live"])
+@pytest.mark.parametrize("config_name", ["default", "live", "slurm_job"])
 def test_job_tables_name_the_jobs_and_follow_account_and_user(
     stack: LiveStack, configs, config_name
 ) -> None:
