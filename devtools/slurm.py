@@ -140,7 +140,13 @@ class SlurmCluster:
     ) -> subprocess.CompletedProcess[str]:
         """A Slurm client command (``["squeue", "-h"]``) against this cluster."""
         proc = subprocess.run(
-            list(args), env=self.env, capture_output=True, text=True, timeout=timeout, input=input
+            list(args),
+            env=self.env,
+            capture_output=True,
+            text=True,
+            errors="replace",  # a job name may hold any bytes
+            timeout=timeout,
+            input=input,
         )
         if check and proc.returncode != 0:
             raise RuntimeError(f"{' '.join(args)} exited with {proc.returncode}: {proc.stderr}")
@@ -179,11 +185,12 @@ class SlurmCluster:
 
     def job_info(self, jobid: str) -> dict[str, str]:
         """``scontrol show job -o`` as a dict (22.05's scontrol has no --json); {} when the
-        controller does not know the job (any more)."""
+        controller does not know the job (any more). A new line in a value (a job name may
+        hold one) reads as a space."""
         proc = self.run(["scontrol", "show", "job", "-o", str(jobid)], check=False)
         if proc.returncode != 0 or not proc.stdout.strip():
             return {}
-        return parse_key_values(proc.stdout.splitlines()[0])
+        return parse_key_values(proc.stdout.strip().replace("\n", " "))
 
     def node_states(self) -> dict[str, str]:
         """Node name -> sinfo's state (idle, allocated, completing, down*, drained, ...)."""

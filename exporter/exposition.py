@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import threading
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 KEEP_RAW_BYTES = 64 << 20  # above this only the compressed form is kept (memory)
@@ -28,6 +29,19 @@ def render_families(families: Iterable[Metric]) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Families(families))
     return generate_latest(registry)
+
+
+def escape_label_sets(names: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """``a="x",b="y"`` for each row, escaped by prometheus-client's own text writer."""
+    family = GaugeMetricFamily("x", "", labels=list(names))
+    count = 0
+    for row in rows:
+        family.add_metric(list(row), 0)
+        count += 1
+    if count == 0:
+        return []
+    lines = render_families([family]).decode("utf-8").split("\n")
+    return [line[2 : line.rindex("}")] for line in lines if line.startswith("x{")]
 
 
 _DEFLATING = threading.Lock()  # a lazy exposition is compressed once, by the first gzip scrape

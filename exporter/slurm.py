@@ -21,8 +21,9 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from operator import attrgetter
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -36,7 +37,7 @@ from hpcmon.exporter.collector import (
     register,
     seconds_flag,
 )
-from hpcmon.exporter.exposition import Compressed, render_families
+from hpcmon.exporter.exposition import Compressed, escape_label_sets, render_families
 from hpcmon.exporter.squeue import (
     MAX_JOB_NAME,
     STATES,
@@ -47,7 +48,7 @@ from hpcmon.exporter.squeue import (
 
 log = logging.getLogger("hpcmon.exporter.slurm")
 
-INFO_LABELS = ["jobid", "user", "account", "partition", "job_name", "state"]
+INFO_LABELS = list(SlurmJobState._fields)  # jobid, user, account, partition, job_name, state
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,9 +59,16 @@ class SlurmSample:
     jobs: tuple[SlurmJobState, ...] = ()
     bad_records: int = 0
     seconds: float = 0.0  # how long squeue and the parsing took
+    records: tuple[bytes, ...] = field(default=(), compare=False)  # each job's squeue record
 
 
-def sample_families(sample: SlurmSample) -> list[Metric]:
+INFO_HELP = (
+    f"A running or completing Slurm job (1 per job); job_name is cut to {MAX_JOB_NAME} characters."
+)
+
+
+def sample_families(sample: SlurmSample, *, with_info: bool = True) -> list[Metric]:
+    """The families of a sample; ``with_info=False``: all but the job series (InfoLines)."""
     up = GaugeMetricFamily(
         names.SLURM_UP,
         "Whether squeue answered at the last sample (0: no job series until it does).",
@@ -78,23 +86,40 @@ def sample_families(sample: SlurmSample) -> list[Metric]:
     )
     if not sample.up:
         return [up, duration, bad]
-    counts = Counter(job.state for job in sample.jobs)
+    counts = Counter(map(attrgetter("state"), sample.jobs))
     jobs = GaugeMetricFamily(
         names.SLURM_JOBS, "Jobs in squeue's last answer, per state.", labels=["state"]
     )
     for state in sorted(set(STATES) | set(counts)):
         jobs.add_metric([state], float(counts[state]))
-    info = GaugeMetricFamily(
-        names.SLURM_JOB_INFO,
-        "A running or completing Slurm job (1 per job); job_name is cut to "
-        f"{MAX_JOB_NAME} characters.",
-        labels=INFO_LABELS,
-    )
+    if not with_info:
+        return [up, duration, bad, jobs]
+    info = GaugeMetricFamily(names.SLURM_JOB_INFO, INFO_HELP, labels=INFO_LABELS)
     for job in sample.jobs:
-        info.add_metric(
-            [job.jobid, job.user, job.account, job.partition, job.job_name, job.state], 1.0
-        )
+        info.add_metric(list(job), 1.0)
     return [up, duration, bad, jobs, info]
+
+
+class InfoLines:
+    """The ``hpc_slurm_job_info`` lines, each escaped once while its job lives (by
+    prometheus-client's own writer), found again by the job's squeue record: 10,000 jobs
+    through the generic writer at every sample would hold the interpreter for a second and
+    delay the scrapes meanwhile."""
+
+    def __init__(self) -> None:
+        self._lines: dict[bytes, bytes] = {}
+
+    def render(self, jobs: Sequence[SlurmJobState], records: Sequence[bytes]) -> bytes:
+        """The family's text, as prometheus-client writes it (the tests compare); ``records``:
+        each job's record (parse_squeue hashed them already, so the lookups cost little)."""
+        lines = list(map(self._lines.get, records))  # whole-list operations: 10,000 jobs
+        missing = [index for index, line in enumerate(lines) if line is None]
+        escaped = escape_label_sets(INFO_LABELS, [jobs[index] for index in missing])
+        for index, labels in zip(missing, escaped, strict=True):
+            lines[index] = f"{names.SLURM_JOB_INFO}{{{labels}}} 1.0\n".encode()
+        self._lines = dict(zip(records, lines, strict=True))
+        header = f"# HELP {names.SLURM_JOB_INFO} {INFO_HELP}\n# TYPE {names.SLURM_JOB_INFO} gauge\n"
+        return header.encode() + b"".join(lines)
 
 
 @register
@@ -137,7 +162,9 @@ class SlurmCollector(FamilyCollector):
         self._periodic = Periodic("slurm", self.sample, options.slurm_interval)
         self._problems = ProblemLog(log, repeat_seconds=3600)
         self._sample = SlurmSample(up=False)
-        self._rendered = Compressed.lazy(render_families(sample_families(self._sample)))
+        self._info = InfoLines()
+        self._known: dict[bytes, SlurmJobState | None] = {}  # the last answer's records
+        self._rendered = Compressed.of(self._render(self._sample))
         self._up: bool | None = None  # squeue answered at the last sample; None: not asked yet
 
     def start(self) -> None:
@@ -152,13 +179,20 @@ class SlurmCollector(FamilyCollector):
         """Ask squeue once and publish the answer (or its failure) for the scrapes."""
         started = time.perf_counter()
         try:
-            answer = read_squeue(self.squeue, self.timeout, os.environ, self._stopping)
+            answer = read_squeue(self.squeue, self.timeout, os.environ, self._stopping, self._known)
         except SqueueError as exc:
+            if self._stopping.is_set():
+                return self._sample  # the exporter stops: not a failure of squeue
             sample = SlurmSample(up=False, seconds=time.perf_counter() - started)
             self._went_down(str(exc))
         else:
+            self._known = answer.by_record
             sample = SlurmSample(
-                True, answer.jobs, answer.bad_records, time.perf_counter() - started
+                True,
+                answer.jobs,
+                answer.bad_records,
+                time.perf_counter() - started,
+                answer.records,
             )
             self._came_up(len(answer.jobs))
             if answer.bad_records:
@@ -166,7 +200,7 @@ class SlurmCollector(FamilyCollector):
                     "squeue's answer has pieces that are not job records; they are left out "
                     f"({names.SLURM_BAD_RECORDS})"
                 )
-        rendered = Compressed.lazy(render_families(sample_families(sample)))
+        rendered = Compressed.of(self._render(sample))
         self._sample, self._rendered = sample, rendered  # one after the other: both are whole
         return sample
 
@@ -180,8 +214,13 @@ class SlurmCollector(FamilyCollector):
 
     def _came_up(self, jobs: int) -> None:
         if self._up is False:
-            log.warning("squeue answers again (%d jobs)", jobs)
+            log.info("squeue answers again (%d jobs)", jobs)
         self._up = True
+
+    def _render(self, sample: SlurmSample) -> bytes:
+        """The exposition of a sample: the job series through InfoLines."""
+        small = render_families(sample_families(sample, with_info=False))
+        return small + self._info.render(sample.jobs, sample.records) if sample.up else small
 
     def collect(self) -> Iterable[Metric]:
         return sample_families(self._sample)

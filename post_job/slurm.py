@@ -65,14 +65,14 @@ class SlurmEnvironmentError(ValueError):
 
 # Slurm node, partition and account names: letters, digits and a few marks; a node list adds
 # the brackets, commas and dashes of its compressed form. Anything else is not Slurm's.
-_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
+SLURM_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
 _NODELIST = re.compile(r"[A-Za-z0-9_.\-\[\],]{1,4096}")
 
 
 def slurm_name(value: str | None) -> str | None:
     """A node, partition or account name as Slurm writes them, else None."""
     value = (value or "").strip()
-    return value if _NAME.fullmatch(value) else None
+    return value if SLURM_NAME.fullmatch(value) else None
 
 
 def slurm_nodelist(value: str | None) -> str | None:
@@ -191,7 +191,7 @@ def first_node(nodelist: str) -> str | None:
     if not head:
         return None
     host = _BRACKET.sub(lambda m: re.split(r"[,-]", m.group(1), maxsplit=1)[0], head)
-    return host if _NAME.fullmatch(host) else None
+    return host if SLURM_NAME.fullmatch(host) else None
 
 
 def reads_job_inputs(node: SlurmNode) -> bool:

@@ -17,10 +17,8 @@ from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress
 
-from prometheus_client.core import GaugeMetricFamily
-
 from hpcmon.common.jobid import JobIdPattern
-from hpcmon.exporter.exposition import render_families
+from hpcmon.exporter.exposition import escape_label_sets
 from hpcmon.exporter.jobstats.parser import BYTE_OPERATIONS, JobEntry, make_room
 
 JOB_LABELS = ("component", "target", "jobid")
@@ -63,19 +61,6 @@ OPS_RATE = (
     "gauge",
     "Operations per second between the last two samples.",
 )
-
-
-def escape_label_sets(names: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
-    """``a="x",b="y"`` for each row, escaped by prometheus-client's own text writer."""
-    family = GaugeMetricFamily("x", "", labels=list(names))
-    count = 0
-    for row in rows:
-        family.add_metric(list(row), 0)
-        count += 1
-    if count == 0:
-        return []
-    lines = render_families([family]).decode("utf-8").split("\n")
-    return [line[2 : line.rindex("}")] for line in lines if line.startswith("x{")]
 
 
 class LabelCache:

@@ -138,3 +138,23 @@ def test_flush_timer_spreads_the_nodes_and_catches_up() -> None:
     assert settings["RandomizedDelaySec"] == ["5min"]
     assert timer["Install"]["WantedBy"] == ["timers.target"]
     assert (UNITS / FLUSH_UNITS[0]).exists()  # the service the timer starts, by its name
+
+
+def test_slurm_exporter_unit_runs_only_the_slurm_collector_unprivileged() -> None:
+    """Issue 32: the Slurm collector's host runs it as an ordinary user, with flags the real
+    exporter accepts: the Slurm collector on, jobstats (on by default) off."""
+    from hpcmon.exporter.cli import available_collectors, build_parser
+
+    service = unit("hpcmon-exporter-slurm.service")["Service"]
+    assert service["User"] == ["hpcmon"] and service["Group"] == ["hpcmon"]
+    (command,) = service["ExecStart"]
+    program, *args = shlex.split(command.replace("$HPCMON_EXPORTER_ARGS", ""))
+    assert program == "/opt/hpcmon/bin/hpcmon-exporter"
+    collectors = available_collectors()
+    options = build_parser(collectors).parse_args(args)
+    enabled = [name for name in collectors if getattr(options, f"collector_{name}")]
+    assert enabled == ["slurm"]
+    assert (options.slurm_interval, options.slurm_timeout) == (30, 10)
+    for key in ("NoNewPrivileges", "ProtectHome", "PrivateTmp"):
+        assert service[key] == ["true"], key
+    assert service["ProtectSystem"] == ["strict"]

@@ -13,7 +13,7 @@ from hpcmon.exporter.collector import FamilyCollector
 
 def test_every_collector_registered_by_its_module() -> None:
     collectors = available_collectors()
-    assert list(collectors) == ["jobstats", "geopm", "jobs", "postjob"]
+    assert list(collectors) == ["jobstats", "geopm", "jobs", "postjob", "slurm"]
     for name, cls in collectors.items():
         assert cls.name == name
         module = cls.__module__
@@ -29,7 +29,7 @@ def test_family_collectors_work_in_any_registry(tmp_path: Path) -> None:
          f"--path.sysfs={tmp_path}"]
     )  # fmt: skip
     collectors = available_collectors()
-    for name in ("geopm", "postjob", "jobs"):
+    for name in ("geopm", "postjob", "slurm", "jobs"):
         collector = collectors[name](options)
         assert isinstance(collector, FamilyCollector)
         registry = CollectorRegistry(auto_describe=False)

@@ -68,7 +68,7 @@ def slurm_job_id(environ: dict[str, str] | None = None) -> str | None:
 _JOB_ID = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.+\-\[\]]{0,126}[A-Za-z0-9\]])?")
 _SLURM_JOB_ID = re.compile(r"[0-9]{1,20}")
 # POSIX portable user names (plus the trailing $ of Samba machine accounts)
-_USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?")
+USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?")
 
 
 def job_id_problem(text: str) -> str | None:
@@ -89,6 +89,6 @@ def slurm_job_id_problem(text: str) -> str | None:
 
 
 def user_name_problem(text: str) -> str | None:
-    if not _USER_NAME.fullmatch(text):
+    if not USER_NAME.fullmatch(text):
         return f"{text[:80]!r} is not a user name"
     return None
