@@ -18,6 +18,8 @@ _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
 _UID = re.compile(r"^[a-zA-Z0-9_-]{1,40}$")
 _RESERVED_LABELS = {"component", "target", "jobid", "instance", "job", "operation", "source"}
+# What the join with Slurm's job list adds to per-job series (hpc_slurm_job_info).
+SLURM_JOB_LABELS = ("user", "account", "job_name")
 
 GIB = 1024**3
 MIB = 1024**2
@@ -61,6 +63,9 @@ class Config:
     cluster_label: str = ""  # a site label on every series (e.g. from external_labels); none
     cluster: str = ""  # the post-job hook's --cluster value to select in InfluxDB; any
     jobid_labels: tuple[str, ...] = ()  # named groups of --jobstats.jobid-pattern
+    # the label of the Lustre series holding Slurm's job id: jobid, or a jobid_labels group
+    # (e.g. slurm_job) where the site's jobstats ids carry more than the number
+    slurm_jobid_label: str = "jobid"
     rates_from: str = "counters"  # counters: rate() on _total; gauges: the exporter's rates
     top_jobs: int = 10
     rule_interval: str = "1m"
@@ -125,8 +130,13 @@ def validate(config: Config) -> Config:
     if config.cluster_label and not _LABEL_NAME.match(config.cluster_label):
         raise ConfigError(f"cluster_label: not a Prometheus label name: {config.cluster_label!r}")
     for label in config.jobid_labels:
-        if not _LABEL_NAME.match(label) or label in _RESERVED_LABELS | {config.cluster_label}:
+        reserved = _RESERVED_LABELS | set(SLURM_JOB_LABELS) | {config.cluster_label}
+        if not _LABEL_NAME.match(label) or label in reserved:
             raise ConfigError(f"jobid_labels: not a usable label name: {label!r}")
+    if config.slurm_jobid_label not in ("jobid", *config.jobid_labels):
+        raise ConfigError(
+            f"slurm_jobid_label: 'jobid' or one of jobid_labels, got {config.slurm_jobid_label!r}"
+        )
     if config.rates_from not in ("counters", "gauges"):
         raise ConfigError(f"rates_from: 'counters' or 'gauges', got {config.rates_from!r}")
     if "'" in config.cluster or "\\" in config.cluster:

@@ -44,6 +44,35 @@ def _table(spec: PanelSpec, units: dict[str, str]) -> core.Panel:
     return panel
 
 
+def _running_job(config: Config) -> core.Panel:
+    """While the job runs (before the epilog writes its slurm_job point): its names as the
+    Slurm controllers list it now (hpc_slurm_job_info; one row for a controller pair)."""
+    this_job = ", ".join(x for x in (cluster_matcher(config), 'jobid="$jobid"') if x)
+    labels = "jobid, job_name, user, account, partition, state"
+    spec = PanelSpec(
+        PROMETHEUS,
+        "Slurm: the job while it runs",
+        "none",
+        [
+            Query(
+                f"topk by (jobid) (1, max by ({labels}) ({m.SLURM_JOB_INFO}{{{this_job}}}))",
+                instant=True,
+            )
+        ],
+        description="Job name, user, account, partition and state from squeue "
+        "(--collector.slurm), while Slurm lists the job as running or completing.",
+    )
+    organize = {
+        "id": "organize",
+        "options": {
+            "excludeByName": {"Time": True, "Value": True},
+            "indexByName": {name: i for i, name in enumerate(labels.split(", "))},
+            "renameByName": {"job_name": "job name"},
+        },
+    }
+    return g.table(spec, transformations=[organize])
+
+
 def build(config: Config) -> core.Dashboard:
     job = job_filter(config)
     layout = g.Layout()
@@ -60,6 +89,7 @@ def build(config: Config) -> core.Dashboard:
         width=24,
         height=4,
     )
+    layout.add(_running_job(config), width=24, height=4)
 
     layout.row("Darshan")
     layout.add(

@@ -44,6 +44,8 @@ def substitute_variables(expr: str, values: dict[str, str] | None = None) -> str
 
     def substitute(match: re.Match[str]) -> str:
         name = match.group(1) or match.group(2)
+        if name.isdigit():  # label_replace's "$1": no variable's name, Grafana leaves it
+            return match.group(0)
         if name in _BUILTIN_DURATIONS:
             return values.get(name, _BUILTIN_DURATIONS[name])
         return values.get(name, ".*")

@@ -112,6 +112,29 @@ def build(config: Config) -> core.Dashboard:
         width=8,
     )
 
+    for owner in ("account", "user"):
+        layout.row(f"By {owner} (Slurm's jobs)")
+        for title, unit, series, description in (
+            ("Lustre throughput", "Bps", f"hpcmon:lustre_{owner}_bytes:avg5m", "Bytes/s read "
+             "plus written"),
+            ("Metadata operations", "ops", f"hpcmon:lustre_{owner}_metadata_ops:avg5m",
+             "Metadata operations/s, all MDTs"),
+            ("Power", "watt", f"hpcmon:{owner}_power_watts:avg5m", "Power (shared nodes split "
+             "equally)"),
+        ):  # fmt: skip
+            layout.add(
+                g.timeseries(
+                    _spec(
+                        f"{title} by {owner}",
+                        unit,
+                        Query(f"sum by ({owner}) ({series}{any_sel})", legend=f"{{{{{owner}}}}}"),
+                        f"{description} of the jobs of each {owner}, 5-minute averages ({series}).",
+                    ),
+                    stacked=True,
+                ),
+                width=8,
+            )
+
     layout.row("Power")
     layout.add(
         g.timeseries(

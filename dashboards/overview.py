@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from grafanalib import core
 
 from hpcmon.common import metric_names as m
@@ -10,8 +12,15 @@ from . import grafana as g
 from . import promql, rules
 from .config import Config
 from .grafana import PROMETHEUS, PanelSpec, Query
+from .promql import selector
 from .uids import JOB_UID, JOBS_UID, OVERVIEW_UID
-from .variables import cluster_matcher, jobstats_matchers, overview_variables
+from .variables import (
+    SLURM_FILTER,
+    cluster_matcher,
+    jobstats_matchers,
+    overview_variables,
+    slurm_matchers,
+)
 
 RATE = "$__rate_interval"
 JOB_LINK_TITLE = "Job drill-down"
@@ -30,19 +39,38 @@ def _spec(title: str, unit: str, *queries: Query, description: str = "") -> Pane
     return PanelSpec(PROMETHEUS, title, unit, list(queries), description=description)
 
 
+# Columns of a top-jobs table: the job, then Slurm's names of it (empty for a job Slurm does
+# not list), then the jobid-pattern labels and the value.
+SLURM_COLUMNS = {"jobid": 0, "job_name": 1, "user": 2, "account": 3}
+
+
+def _named_jobs(config: Config, expr_of: Callable[[str], str], on: str = "") -> str:
+    """The per-job `expr_of(matchers)` with user, account and job name from Slurm for the jobs
+    of the chosen accounts and users; under All, also the jobs Slurm does not list."""
+    return promql.named_by_slurm(
+        expr_of(""),
+        on or config.slurm_jobid_label,
+        config.cluster_label,
+        matchers=slurm_matchers(config),
+        unknown=expr_of(SLURM_FILTER),
+    )
+
+
 def _top_jobs_table(title: str, unit: str, expr: str, config: Config, description: str):
     spec = _spec(title, unit, Query(f"topk({config.top_jobs}, {expr})", instant=True))
     spec.description = description
     spec.links = [job_link()]
     spec.link_field = "jobid"
+    value = title.split(" by ")[-1]
     organize = {
         "id": "organize",
         "options": {
             "excludeByName": {"Time": True},
-            "renameByName": {"Value": title.split(" by ")[-1]},
+            "indexByName": SLURM_COLUMNS,
+            "renameByName": {"Value": value, "job_name": "job name"},
         },
     }
-    return g.table(spec, sort_by=title.split(" by ")[-1], transformations=[organize])
+    return g.table(spec, sort_by=value, transformations=[organize])
 
 
 def build(config: Config) -> core.Dashboard:
@@ -104,7 +132,9 @@ def build(config: Config) -> core.Dashboard:
         _top_jobs_table(
             "Top jobs by write rate",
             "Bps",
-            f"sum {job_by} ({rates.bytes('write', sel, RATE)})",
+            _named_jobs(
+                config, lambda more: f"sum {job_by} ({rates.bytes('write', _and(sel, more), RATE)})"
+            ),
             config,
             "Bytes written per second, all targets. Click a job for its drill-down.",
         ),
@@ -114,7 +144,9 @@ def build(config: Config) -> core.Dashboard:
         _top_jobs_table(
             "Top jobs by read rate",
             "Bps",
-            f"sum {job_by} ({rates.bytes('read', sel, RATE)})",
+            _named_jobs(
+                config, lambda more: f"sum {job_by} ({rates.bytes('read', _and(sel, more), RATE)})"
+            ),
             config,
             "Bytes read per second, all targets. Click a job for its drill-down.",
         ),
@@ -124,7 +156,9 @@ def build(config: Config) -> core.Dashboard:
         _top_jobs_table(
             "Top jobs by metadata operations",
             "ops",
-            f"sum {job_by} ({rates.metadata_ops(sel, RATE)})",
+            _named_jobs(
+                config, lambda more: f"sum {job_by} ({rates.metadata_ops(_and(sel, more), RATE)})"
+            ),
             config,
             "Metadata operations per second, all MDTs. Click a job for its drill-down.",
         ),
@@ -224,6 +258,9 @@ def build(config: Config) -> core.Dashboard:
         ),
         width=12,
     )
+
+    for owner in ("account", "user"):
+        _owner_row(layout, config, owner)
 
     layout.row("Health")
     health = ", ".join(x for x in (cluster, 'instance=~"$instance"') if x)
@@ -372,12 +409,66 @@ def build(config: Config) -> core.Dashboard:
     )
 
 
+def _owner_row(layout: g.Layout, config: Config, owner: str) -> None:
+    """Bytes/s, metadata operations/s and power of the jobs Slurm lists, summed per account
+    or per user (jobs Slurm does not list are in no sum): the recorded 5-minute series, cheap
+    at any number of jobs."""
+    chosen = selector(cluster_matcher(config), f'{owner}=~"${owner}"')
+    bytes_, metadata = {
+        "account": (rules.ACCOUNT_BYTES, rules.ACCOUNT_METADATA_OPS),
+        "user": (rules.USER_BYTES, rules.USER_METADATA_OPS),
+    }[owner]
+    job_power = rules.JOB_POWER + selector(cluster_matcher(config))
+    power = promql.with_slurm_job(job_power, "jobid", slurm_matchers(config), config.cluster_label)
+    layout.row(f"By {owner} (Slurm's running jobs, 5-minute averages)")
+    for title, unit, expr, legend, description in (
+        (
+            "Lustre throughput",
+            "Bps",
+            f"sum by ({owner}, direction) ({bytes_}{chosen})",
+            f"{{{{{owner}}}}} {{{{direction}}}}",
+            f"Bytes read and written per second ({bytes_})",
+        ),
+        (
+            "Metadata operations",
+            "ops",
+            f"sum by ({owner}) ({metadata}{chosen})",
+            f"{{{{{owner}}}}}",
+            f"Metadata operations per second, all MDTs ({metadata})",
+        ),
+        (
+            "Power",
+            "watt",
+            f"sum by ({owner}) (\n{power}\n)",
+            f"{{{{{owner}}}}}",
+            f"Power, shared nodes split equally ({rules.JOB_POWER} joined with Slurm's jobs)",
+        ),
+    ):
+        layout.add(
+            g.timeseries(
+                _spec(
+                    f"{title} by {owner}",
+                    unit,
+                    Query(expr, legend=legend),
+                    description=f"{description}, of the jobs of each {owner}.",
+                ),
+                stacked=True,
+            ),
+            width=8,
+        )
+
+
+def _and(*matchers: str) -> str:
+    return ", ".join(x for x in matchers if x)
+
+
 def _energy_table(config: Config, job_filter: str, node: str):
+    energy_of = lambda more: promql.job_energy_kwh(RATE, _and(job_filter, more), node)  # noqa: E731
     energy = _spec(
         "Energy per job over the time range",
         "kwatth",
         Query(
-            f"topk({config.top_jobs}, {promql.job_energy_kwh(RATE, job_filter, node)})",
+            f"topk({config.top_jobs}, {_named_jobs(config, energy_of, on='jobid')})",
             instant=True,
         ),
         description=(
@@ -393,7 +484,11 @@ def _energy_table(config: Config, job_filter: str, node: str):
         transformations=[
             {
                 "id": "organize",
-                "options": {"excludeByName": {"Time": True}, "renameByName": {"Value": "kWh"}},
+                "options": {
+                    "excludeByName": {"Time": True},
+                    "indexByName": SLURM_COLUMNS,
+                    "renameByName": {"Value": "kWh", "job_name": "job name"},
+                },
             }
         ],
     )

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from hpcmon.common import metric_names as m
 
-from .config import Config
+from .config import SLURM_JOB_LABELS, Config
 
 OST = 'component="ost"'
 METADATA = 'component="mdt", operation!~"{}"'.format("|".join(m.DATA_OPERATIONS))
@@ -89,3 +89,46 @@ def job_power(
     share = f"{power} / on ({on}) count by ({on}) ({all_jobs})"
     by = ", ".join(x for x in (site_label, "jobid") if x)
     return f"sum by ({by}) (({share}) * on ({on}) group_right () {jobs})"
+
+
+SLURM_LABELS = ", ".join(SLURM_JOB_LABELS)
+SLURM_LOOKBACK = "5m"  # a job stays named this long after squeue last listed it
+
+
+def slurm_jobs(on: str = "jobid", matchers: str = "", site_label: str = "") -> str:
+    """One series per Slurm job, value 1, with the labels `on` (holding Slurm's job id), user,
+    account and job_name: what a per-job series joins with to be named.
+
+    - A controller pair exports a job twice (other instance, maybe another state): `max by`
+      drops instance and state. Should the pair disagree on a name for a moment (scontrol
+      update between their reads), `topk by (id) (1, ...)` keeps one of the two, where two
+      would make every join of the rule fail (many-to-many).
+    - The last value of the last 5 minutes: a job keeps its names through a short squeue
+      failure (hpc_slurm_up 0, no job series), and while its 5-minute rates run out.
+    - `on` other than jobid (a --jobstats.jobid-pattern group such as slurm_job): Slurm's id
+      is copied to that label."""
+    info = f"last_over_time({m.SLURM_JOB_INFO}{selector(matchers)}[{SLURM_LOOKBACK}])"
+    if on != "jobid":
+        info = f'label_replace({info}, "{on}", "$1", "jobid", "(.+)")'
+    keys = ", ".join(x for x in (site_label, on) if x)
+    return f"topk by ({keys}) (1, max by ({keys}, {SLURM_LABELS}) ({info}))"
+
+
+def with_slurm_job(expr: str, on: str = "jobid", matchers: str = "", site_label: str = "") -> str:
+    """The series of `expr` whose job Slurm lists, with its user, account and job_name (the
+    value is unchanged: the job's series is 1)."""
+    keys = ", ".join(x for x in (site_label, on) if x)
+    jobs = slurm_jobs(on, matchers, site_label)
+    return f"({expr})\n* on ({keys}) group_left ({SLURM_LABELS})\n{jobs}"
+
+
+def named_by_slurm(
+    expr: str, on: str = "jobid", site_label: str = "", matchers: str = "", unknown: str = ""
+) -> str:
+    """Every series of `expr`, with user, account and job_name where Slurm lists the job, as
+    they are where it does not (no Slurm collector at all, a job Slurm no longer lists).
+    `matchers` select Slurm's jobs; `unknown` replaces `expr` for the jobs Slurm does not list
+    (e.g. the same series under the same filter)."""
+    keys = ", ".join(x for x in (site_label, on) if x)
+    known = with_slurm_job(expr, on, matchers, site_label)
+    return f"{known}\nor on ({keys})\n({unknown or expr})"

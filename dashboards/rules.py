@@ -24,6 +24,28 @@ JOB_WRITE_OPS = "hpcmon:lustre_job_write_ops:rate5m"
 JOB_METADATA_OPS = "hpcmon:lustre_job_metadata_ops:rate5m"
 NODE_POWER = "hpcmon:node_power_watts:rate5m"
 JOB_POWER = "hpcmon:job_power_watts:rate5m"
+# Per user and per account: the sum of the Lustre series of the jobs Slurm lists for them.
+USER_BYTES = "hpcmon:lustre_user_bytes:rate5m"
+ACCOUNT_BYTES = "hpcmon:lustre_account_bytes:rate5m"
+USER_METADATA_OPS = "hpcmon:lustre_user_metadata_ops:rate5m"
+ACCOUNT_METADATA_OPS = "hpcmon:lustre_account_metadata_ops:rate5m"
+# Long-term (hpcmon-longterm): per-job, per-user and per-account 5-minute averages.
+LONGTERM_JOB_BYTES = "hpcmon:lustre_job_bytes:avg5m"
+LONGTERM_JOB_METADATA_OPS = "hpcmon:lustre_job_metadata_ops:avg5m"
+LONGTERM_JOB_POWER = "hpcmon:job_power_watts:avg5m"
+LONGTERM_USER_BYTES = "hpcmon:lustre_user_bytes:avg5m"
+LONGTERM_ACCOUNT_BYTES = "hpcmon:lustre_account_bytes:avg5m"
+LONGTERM_USER_METADATA_OPS = "hpcmon:lustre_user_metadata_ops:avg5m"
+LONGTERM_ACCOUNT_METADATA_OPS = "hpcmon:lustre_account_metadata_ops:avg5m"
+USER_POWER = "hpcmon:user_power_watts:avg5m"
+ACCOUNT_POWER = "hpcmon:account_power_watts:avg5m"
+
+# A job alert's summary names the job, and its name, user and account when Slurm lists it:
+# "Job 4242 (climate-run, user alice, account proj1)".
+JOB_NAMED = (
+    "{{ $labels.jobid }}{{ if $labels.user }} ({{ with $labels.job_name }}{{ . }}, {{ end }}"
+    "user {{ $labels.user }}{{ with $labels.account }}, account {{ . }}{{ end }}){{ end }}"
+)
 
 ALERT_NAMES = (
     "LustreTargetIOSpike",
@@ -44,6 +66,22 @@ def _by(config: Config, *labels: str) -> str:
 
 def _job_labels(config: Config) -> tuple[str, ...]:
     return ("jobid", *config.jobid_labels)
+
+
+def _per_owner(config: Config, series: str, owner: str, *labels: str, on: str = "") -> str:
+    """`series` (per job) summed per user or account of the jobs Slurm lists; jobs it does
+    not list are in no sum. Lustre series join on `slurm_jobid_label`, power on jobid (the
+    node's Slurm cgroups name jobs by Slurm's id)."""
+    joined = promql.with_slurm_job(
+        series, on or config.slurm_jobid_label, site_label=config.cluster_label
+    )
+    return f"sum {_by(config, owner, *labels)} (\n{joined}\n)"
+
+
+def _named(config: Config, expr: str) -> str:
+    """A job alert's expression with the job's user, account and name when Slurm lists it,
+    and exactly as without the join when it does not."""
+    return promql.named_by_slurm(expr, config.slurm_jobid_label, config.cluster_label)
 
 
 def recording_rules(config: Config) -> list[dict[str, Any]]:
@@ -86,6 +124,19 @@ def recording_rules(config: Config) -> list[dict[str, Any]]:
     rules.append(
         {"record": JOB_METADATA_OPS, "expr": f"sum {job_by} ({rates.metadata_ops('', WINDOW)})"}
     )
+    for owner in ("user", "account"):
+        rules.append(
+            {
+                "record": USER_BYTES if owner == "user" else ACCOUNT_BYTES,
+                "expr": _per_owner(config, JOB_BYTES, owner, "direction"),
+            }
+        )
+        rules.append(
+            {
+                "record": USER_METADATA_OPS if owner == "user" else ACCOUNT_METADATA_OPS,
+                "expr": _per_owner(config, JOB_METADATA_OPS, owner),
+            }
+        )
     rules.append(
         {"record": NODE_POWER, "expr": promql.node_power(WINDOW, site_label=config.cluster_label)}
     )
@@ -161,16 +212,17 @@ def alert_rules(config: Config) -> list[dict[str, Any]]:
         },
         {
             "alert": "LustreJobDominatesTarget",
-            "expr": (
+            "expr": _named(
+                config,
                 f"{JOB_TARGET_BYTES}\n  / on ({matching}) group_left ()\n  {TARGET_BYTES}\n"
                 f"  >= {_number(t.job_dominates_share)}\n"
                 f"and on ({matching})\n"
-                f"  {TARGET_BYTES} >= {_number(t.job_dominates_min_bytes_per_second)}"
+                f"  {TARGET_BYTES} >= {_number(t.job_dominates_min_bytes_per_second)}",
             ),
             "for": t.job_dominates_for,
             "labels": {"severity": "warning"},
             "annotations": {
-                "summary": "Job {{ $labels.jobid }} dominates {{ $labels.target }}",
+                "summary": f"Job {JOB_NAMED} dominates {{{{ $labels.target }}}}",
                 "description": (
                     "Job {{ $labels.jobid }} carries {{ $value | humanizePercentage }} of "
                     "{{ $labels.target }}'s {{ $labels.direction }} throughput while the target "
@@ -181,11 +233,13 @@ def alert_rules(config: Config) -> list[dict[str, Any]]:
         },
         {
             "alert": "LustreJobMetadataStorm",
-            "expr": f"{JOB_METADATA_OPS} >= {_number(t.metadata_storm_ops_per_second)}",
+            "expr": _named(
+                config, f"{JOB_METADATA_OPS} >= {_number(t.metadata_storm_ops_per_second)}"
+            ),
             "for": t.metadata_storm_for,
             "labels": {"severity": "warning"},
             "annotations": {
-                "summary": "Job {{ $labels.jobid }}: metadata storm",
+                "summary": f"Job {JOB_NAMED}: metadata storm",
                 "description": (
                     "Job {{ $labels.jobid }} averages {{ $value | humanize }} metadata "
                     "operations/s over 5 min, summed over all MDTs and operations (threshold "
@@ -196,16 +250,17 @@ def alert_rules(config: Config) -> list[dict[str, Any]]:
         },
         {
             "alert": "LustreJobSmallWrites",
-            "expr": (
+            "expr": _named(
+                config,
                 f"{JOB_WRITE_OPS} >= {_number(t.small_writes_ops_per_second)}\n"
                 f"and on ({job_matching})\n"
                 f'  (sum {job_by} ({JOB_TARGET_BYTES}{{direction="write", component="ost"}})'
-                f"\n   / {JOB_WRITE_OPS} < {_number(t.small_writes_max_mean_bytes)})"
+                f"\n   / {JOB_WRITE_OPS} < {_number(t.small_writes_max_mean_bytes)})",
             ),
             "for": t.small_writes_for,
             "labels": {"severity": "warning"},
             "annotations": {
-                "summary": "Job {{ $labels.jobid }}: many small writes",
+                "summary": f"Job {JOB_NAMED}: many small writes",
                 "description": (
                     "Job {{ $labels.jobid }} issues {{ $value | humanize }} writes/s to the OSTs "
                     f"with a mean write size under {t.small_writes_max_mean_bytes / 1024:g} KiB."
@@ -289,15 +344,15 @@ def longterm_rules(config: Config) -> list[dict[str, Any]]:
         return f"avg_over_time({series}{window})"
 
     active = f"sum without (direction) ({avg(JOB_TARGET_BYTES)}) > 0"
-    return [
+    rules = [
         {"record": "hpcmon:lustre_target_bytes:avg5m", "expr": avg(TARGET_BYTES)},
-        {"record": "hpcmon:lustre_job_bytes:avg5m", "expr": avg(JOB_BYTES)},
+        {"record": LONGTERM_JOB_BYTES, "expr": avg(JOB_BYTES)},
         {
             "record": "hpcmon:lustre_job_component_bytes:avg5m",
             "expr": f"sum by ({job}, component, direction) ({avg(JOB_TARGET_BYTES)})",
         },
         {"record": "hpcmon:lustre_job_write_ops:avg5m", "expr": avg(JOB_WRITE_OPS)},
-        {"record": "hpcmon:lustre_job_metadata_ops:avg5m", "expr": avg(JOB_METADATA_OPS)},
+        {"record": LONGTERM_JOB_METADATA_OPS, "expr": avg(JOB_METADATA_OPS)},
         {"record": "hpcmon:lustre_job_targets:count5m", "expr": f"count by ({job}) ({active})"},
         {"record": "hpcmon:lustre_target_jobs:count5m", "expr": f"count by ({target}) ({active})"},
         {
@@ -308,8 +363,21 @@ def longterm_rules(config: Config) -> list[dict[str, Any]]:
             ),
         },
         {"record": "hpcmon:node_power_watts:avg5m", "expr": avg(NODE_POWER)},
-        {"record": "hpcmon:job_power_watts:avg5m", "expr": avg(JOB_POWER)},
+        {"record": LONGTERM_JOB_POWER, "expr": avg(JOB_POWER)},
     ]
+    # Which user and which project, kept without the job: sums of the per-job series just
+    # recorded above (same group, same instant), so a user's or an account's total is the
+    # sum of its jobs' long-term series.
+    for owner, bytes_, metadata, power in (
+        ("user", LONGTERM_USER_BYTES, LONGTERM_USER_METADATA_OPS, USER_POWER),
+        ("account", LONGTERM_ACCOUNT_BYTES, LONGTERM_ACCOUNT_METADATA_OPS, ACCOUNT_POWER),
+    ):
+        rules += [
+            {"record": bytes_, "expr": _per_owner(config, LONGTERM_JOB_BYTES, owner, "direction")},
+            {"record": metadata, "expr": _per_owner(config, LONGTERM_JOB_METADATA_OPS, owner)},
+            {"record": power, "expr": _per_owner(config, LONGTERM_JOB_POWER, owner, on="jobid")},
+        ]
+    return rules
 
 
 def rule_files(config: Config) -> dict[str, dict[str, Any]]:

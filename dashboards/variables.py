@@ -62,6 +62,18 @@ def jobstats_matchers(config: Config, with_jobid: bool = True) -> str:
     return ", ".join(p for p in parts if p)
 
 
+# The overview's `account` and `user` variables select Slurm's jobs (hpc_slurm_job_info). The
+# same matchers on a Lustre or node series, which has neither label, select every series when
+# the variable is All (`.*` matches the empty value) and none when it names someone: the jobs
+# Slurm does not list show in the job tables under All only.
+SLURM_FILTER = 'account=~"$account", user=~"$user"'
+
+
+def slurm_matchers(config: Config) -> str:
+    """Matchers of the overview's variables for Slurm's job series."""
+    return ", ".join(p for p in (cluster_matcher(config), SLURM_FILTER) if p)
+
+
 def overview_variables(config: Config) -> list[core.Template]:
     cluster = cluster_matcher(config)
     scope = "{" + cluster + "}" if cluster else ""
@@ -96,6 +108,15 @@ def overview_variables(config: Config) -> list[core.Template]:
     variables.append(
         prometheus_query_variable("node", f"label_values({m.GEOPM_UP}{scope}, instance)", "Node")
     )
+    of_account = "{" + _join(cluster, 'account=~"$account"') + "}"
+    variables += [
+        prometheus_query_variable(
+            "account", f"label_values({m.SLURM_JOB_INFO}{scope}, account)", "Account"
+        ),
+        prometheus_query_variable(
+            "user", f"label_values({m.SLURM_JOB_INFO}{of_account}, user)", "User"
+        ),
+    ]
     return variables
 
 

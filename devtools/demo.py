@@ -6,14 +6,24 @@ InfluxDB 1.6.7 and the demo reads it back with InfluxQL, then writes that job's 
 (``hpcmon-report``, HTML, from the database). The Grafana dashboards, rules and provisioning
 files are generated into the work directory (no Grafana server runs here).
 
-Everything it starts (InfluxDB, replay, exporter, Prometheus) is stopped on Ctrl-C or after
---duration.
+The storming job is a real job of the demo's own Slurm (devtools/slurm.py; root and Debian's
+slurm packages): job 43, with a name, a user and an account, which the exporter's
+--collector.slurm lists, so the firing alert and the top jobs name them. Once its alert fires,
+the demo ends the job; the shipped epilog (deploy/slurm/hpcmon-epilog.sh) runs the post-job hook,
+which writes the job's Darshan log to InfluxDB and its report from the database, with the Lustre
+traffic and the node's power of the job's window from Prometheus. Without root or Slurm, job 43
+is a bare job id of the replay, as it was.
+
+Everything it starts (InfluxDB, replay, exporter, Prometheus, Slurm) is stopped on Ctrl-C or
+after --duration.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime as dt
+import os
 import shutil
 import signal
 import subprocess
@@ -33,8 +43,10 @@ from devtools.servers import (
     run_influxdb1,
     run_prometheus,
 )
+from devtools.slurm import FINISHED_STATES, SlurmCluster, run_slurm, slurm_installed
 from hpcmon.dashboards import config as dashboards_config
 from hpcmon.dashboards import generate as dashboards_generate
+from hpcmon.dashboards import promql
 from hpcmon.dashboards import rules as dashboards_rules
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,23 +82,46 @@ ALERTS_QUERY = 'ALERTS{{alertstate="firing", alertname=~"{}"}}'.format(
     "|".join(dashboards_rules.ALERT_NAMES)
 )
 
+# The storming job as the demo's Slurm runs it (Slurm numbers jobs from FirstJobId).
+STORM_JOB_NAME = "metadata-storm"
+STORM_ACCOUNT = "climate"
+STORM_UID = 65534  # nobody
+NODE_WATTS = 180.0  # the demo node's package power (a powercap tree the demo advances)
+EPILOG_WAIT = 90  # seconds the demo waits at its end for job 43's epilog (its report)
+
+
+def _top(expr: str) -> str:
+    """The 8 busiest jobs, with user, account and job name where Slurm lists the job."""
+    return f"topk(8, {promql.named_by_slurm(expr)})"
+
+
 PANELS = (
     (
         "Top jobs by write rate",
         "bytes/s",
-        "topk(8, sum by (jobid) (lustre_job_write_bytes_per_second) > 0)",
+        _top("sum by (jobid) (lustre_job_write_bytes_per_second) > 0"),
     ),
     (
         "Top jobs by read rate",
         "bytes/s",
-        "topk(8, sum by (jobid) (lustre_job_read_bytes_per_second) > 0)",
+        _top("sum by (jobid) (lustre_job_read_bytes_per_second) > 0"),
     ),
     (
         "Top jobs by metadata operations",
         "ops/s",
-        'topk(8, sum by (jobid) (lustre_job_operations_per_second{component="mdt"}) > 0)',
+        _top('sum by (jobid) (lustre_job_operations_per_second{component="mdt"}) > 0'),
     ),
 )
+
+
+def _named(labels: dict[str, str]) -> str:
+    """Slurm's names of a job, when the row or alert has them."""
+    if "user" not in labels:
+        return ""
+    return (
+        f"  job_name={labels.get('job_name', '')} user={labels['user']}"
+        f" account={labels.get('account', '')}"
+    )
 
 
 def _human(value: float, unit: str) -> str:
@@ -112,7 +147,8 @@ def _view(prom: Prometheus) -> str:
         rows = sorted(result, key=lambda r: -float(r["value"][1]))
         for row in rows:
             jobid = row["metric"].get("jobid", "?")
-            lines.append(f"   {_human(float(row['value'][1]), unit)}   {jobid}")
+            value = _human(float(row["value"][1]), unit)
+            lines.append(f"   {value}   {jobid}{_named(row['metric'])}")
         lines.append("")
     lines.append("== Firing alerts ==")
     try:
@@ -125,7 +161,9 @@ def _view(prom: Prometheus) -> str:
     for alert in sorted(alerts, key=lambda a: sorted(a["metric"].items())):
         labels = alert["metric"]
         where = " ".join(
-            f"{key}={labels[key]}" for key in ("jobid", "target", "direction") if key in labels
+            f"{key}={labels[key]}"
+            for key in ("jobid", "job_name", "user", "account", "target", "direction")
+            if key in labels
         )
         lines.append(f"   {labels['alertname']:<26} {where}")
     return "\n".join(lines)
@@ -252,6 +290,191 @@ def _job_report(influx: InfluxDB1, workdir: Path) -> tuple[Path, str]:
     return path, f"job {DEMO_JOB}, HTML from InfluxDB; open it in a browser"
 
 
+DARSHAN_LOG = DATA / "darshan" / "logs" / "mpi-io-test-x86_64-3.4.6.darshan"
+EPILOG = ROOT / "deploy" / "slurm" / "hpcmon-epilog.sh"
+# The storming job leaves a Darshan log where darshan-runtime would, then runs until the demo
+# releases it (once its alert has fired).
+JOB_SCRIPT = """#!/bin/sh
+day="{logdir}/$(date +%Y)/$(date +%-m)/$(date +%-d)"
+name="$(id -un)_mpi-io-test_id${{SLURM_JOB_ID}}_$(date +%-m-%-d)-$(date +%s)-1234_1.darshan"
+cp "{log}" "$day/$name" && chmod 0400 "$day/$name"
+while [ ! -e "{release}" ]; do sleep 0.5; done
+"""
+# Prolog and epilog of the demo's node: the job's file in the exporter's --jobs.dir while it
+# runs (power is attributed to the jobs on a node), and the shipped epilog, as a site wraps it.
+PROLOG = """#!/bin/sh
+file="{jobs}/$SLURM_JOB_ID"
+echo "SLURM_JOB_UID=$SLURM_JOB_UID" > "{jobs}/.$SLURM_JOB_ID" && mv "{jobs}/.$SLURM_JOB_ID" "$file"
+exit 0
+"""
+EPILOG_WRAPPER = """#!/bin/sh
+export HPCMON_POST_JOB={hook} HPCMON_CONFIG={config} HPCMON_LOG_STDERR=1
+{script} 2>>"{logs}/$SLURM_JOB_ID-$SLURMD_NODENAME.log"
+rm -f "{jobs}/$SLURM_JOB_ID"
+exit 0
+"""
+
+
+class StormJob:
+    """Job 43 of the demo's Slurm, from its submission to the report its epilog writes."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.jobs_dir = workdir / "node-jobs"  # the exporter's --jobs.dir
+        self.reports = workdir / "reports"
+        self.logs = workdir / "epilog-logs"
+        self.config = workdir / "post-job.yaml"
+        for directory in (self.jobs_dir, self.reports, self.logs):
+            directory.mkdir(mode=0o755)
+        self.cluster: SlurmCluster | None = None
+        self.jobid = ""
+        self.released = False
+        self.told = False
+
+    @contextlib.contextmanager
+    def slurm(self):
+        """The demo's Slurm: one node, its prolog and the shipped epilog; job ids from 43."""
+        prolog = self.workdir / "prolog.sh"
+        prolog.write_text(PROLOG.format(jobs=self.jobs_dir))
+        wrapper = self.workdir / "epilog.sh"
+        hook = Path(sys.executable).parent / "hpcmon-post-job"
+        wrapper.write_text(
+            EPILOG_WRAPPER.format(
+                hook=hook, config=self.config, script=EPILOG, logs=self.logs, jobs=self.jobs_dir
+            )
+        )
+        for script in (prolog, wrapper):
+            script.chmod(0o755)
+        settings = {"FirstJobId": int(STORM_JOB), "Prolog": prolog}
+        with run_slurm(nodes=1, epilog=wrapper, extra_conf=settings, proctrack="linuxproc") as c:
+            self.cluster = c
+            yield c
+
+    def write_config(self, influx_url: str, prometheus_url: str) -> None:
+        """The post-job hook's settings, as a site writes them (deploy/slurm)."""
+        data = {
+            "cluster": "demo",
+            "app": "{job_name}",
+            "log": "stderr",
+            "spool_dir": str(self.workdir / "spool"),
+            "writers": {"influx_v1": {"url": influx_url, "database": "hpcmon"}},
+            "report": {
+                "dir": str(self.reports),
+                "format": "html",
+                "prometheus_url": prometheus_url,
+            },
+            "sources": {"darshan": {"logdir": str(self._site() / "darshan-logs")}},
+        }
+        self.config.write_text(yaml.safe_dump(data, sort_keys=False))
+
+    def _site(self) -> Path:
+        """Files the job's user reaches: in the cluster's directory (0755), not the demo's."""
+        assert self.cluster is not None
+        return self.cluster.workdir / "site"
+
+    def submit(self) -> str:
+        assert self.cluster is not None
+        site = self._site()
+        logdir = site / "darshan-logs"
+        today = dt.date.today()
+        for day in (today - dt.timedelta(days=1), today, today + dt.timedelta(days=1)):
+            path = logdir / str(day.year) / str(day.month) / str(day.day)
+            path.mkdir(parents=True, exist_ok=True)
+            path.chmod(0o1777)
+        for directory in (site, logdir, logdir / str(today.year)):
+            directory.chmod(0o755)
+        log = site / DARSHAN_LOG.name
+        shutil.copy(DARSHAN_LOG, log)
+        log.chmod(0o644)
+        script = JOB_SCRIPT.format(logdir=logdir, log=log, release=site / "release")
+        self.jobid = self.cluster.sbatch(
+            script, uid=STORM_UID, gid=STORM_UID, job_name=STORM_JOB_NAME, account=STORM_ACCOUNT
+        )
+        return self.jobid
+
+    def release(self) -> None:
+        (self._site() / "release").touch()
+        self.released = True
+
+    def ended(self) -> bool:
+        """Whether the job has ended and its node is idle again (its epilog has run)."""
+        assert self.cluster is not None
+        with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
+            if self.cluster.job_info(self.jobid).get("JobState") in FINISHED_STATES:
+                return self.cluster.node_states().get("n1") == "idle"
+        return False
+
+    def report(self) -> Path | None:
+        found = sorted(self.reports.rglob(f"{self.jobid}.html"))
+        return found[0] if found else None
+
+    def epilog_said(self) -> str:
+        """The epilog's last line (the hook's messages), for a report that is not there."""
+        lines = [
+            line
+            for path in sorted(self.logs.glob("*.log"))
+            for line in path.read_text(errors="replace").splitlines()
+            if line.strip()
+        ]
+        return lines[-1] if lines else "the epilog said nothing"
+
+
+def _storm_alert(prom: Prometheus, jobid: str) -> dict[str, str] | None:
+    """The labels of job `jobid`'s firing metadata storm alert, or None."""
+    with contextlib.suppress(RuntimeError, OSError):
+        for alert in prom.query(
+            f'ALERTS{{alertname="LustreJobMetadataStorm", alertstate="firing", jobid="{jobid}"}}'
+        ):
+            return alert["metric"]
+    return None
+
+
+def _story(job: StormJob, prom: Prometheus) -> list[str]:
+    """Moves job 43's story on: its alert fired -> the demo ends it -> its epilog's report."""
+    lines: list[str] = []
+    if not job.released:
+        alert = _storm_alert(prom, job.jobid)
+        if alert and "user" in alert:
+            job.release()
+            lines.append(
+                f"story:      job {job.jobid}'s alert fired{_named(alert)}; the demo ends the job"
+            )
+    elif not job.told and job.ended():
+        job.told = True
+        report = job.report()
+        if report is None:
+            lines.append(
+                f"report:     not written by job {job.jobid}'s epilog: {job.epilog_said()}"
+            )
+        else:
+            lines.append(
+                f"report:     {report}  (job {job.jobid}, written by its epilog from InfluxDB "
+                "and Prometheus; open it in a browser)"
+            )
+    return lines
+
+
+def _advance_energy(zone: Path, stop: threading.Event) -> None:
+    """The node's package energy counter at NODE_WATTS, as the kernel's powercap shows it."""
+    started = time.monotonic()
+    while not stop.wait(0.25):
+        energy = int(NODE_WATTS * 1e6 * (time.monotonic() - started)) % MAX_ENERGY_UJ
+        write_atomically(zone / "energy_uj", f"{energy}\n")
+
+
+MAX_ENERGY_UJ = 262_143_328_850  # max_energy_range_uj of a real package zone
+
+
+def _powercap_tree(sysfs: Path) -> Path:
+    """One package zone (name, energy_uj, max_energy_range_uj) under sysfs/class/powercap."""
+    zone = sysfs / "class" / "powercap" / "intel-rapl:0"
+    zone.mkdir(parents=True)
+    (zone / "name").write_text("package-0\n")
+    (zone / "energy_uj").write_text("0\n")
+    (zone / "max_energy_range_uj").write_text(f"{MAX_ENERGY_UJ}\n")
+    return zone
+
+
 def _scrape_config(address: str) -> list[dict]:
     return [
         {
@@ -302,29 +525,54 @@ def main(argv: Sequence[str] | None = None) -> int:
             write_atomically(jobstats_file, render(sections, now - started, now, storms))
 
     threading.Thread(target=replay, daemon=True, name="replay").start()
+    zone = _powercap_tree(args.workdir / "sysfs")
+    threading.Thread(target=_advance_energy, args=(zone, stop), daemon=True).start()
+    no_cgroups = args.workdir / "no-cgroups"  # jobs from the demo's --jobs.dir only
+    no_cgroups.mkdir()
 
+    story = StormJob(args.workdir) if os.geteuid() == 0 and slurm_installed() else None
     exporter_args = [
         "--jobstats.source=file",
         f"--jobstats.path={jobstats_file}",
         "--jobstats.interval=2",
         "--collector.postjob",  # the spool of the post-job demo below (empty once delivered)
         f"--postjob.spool-dir={args.workdir / 'spool'}",
+        "--collector.geopm",
+        "--geopm.backend=powercap",
+        f"--path.sysfs={args.workdir / 'sysfs'}",
+        "--geopm.interval=1",
+        "--collector.jobs",
+        f"--jobs.dir={args.workdir / 'node-jobs'}",
+        f"--path.cgroupfs={no_cgroups}",
     ]
+    if story is None:
+        (args.workdir / "node-jobs").mkdir()
+    else:
+        exporter_args += ["--collector.slurm", "--slurm.interval=1"]
+    notes: list[str] = []
     try:
-        with (
-            run_exporter(exporter_args, args.workdir) as exporter,
-            run_influxdb1() as influx,
-            run_prometheus(
-                _scrape_config(exporter.address),
-                scrape_interval="2s",
-                rule_files=[str(p) for p in sorted((generated / "rules").glob("*.yaml"))],
-            ) as prom,
-        ):
+        with contextlib.ExitStack() as stack:
+            cluster = stack.enter_context(story.slurm()) if story else None
+            env = {"SLURM_CONF": str(cluster.conf_path)} if cluster else None
+            exporter = stack.enter_context(run_exporter(exporter_args, args.workdir, env=env))
+            influx = stack.enter_context(run_influxdb1())
+            prom = stack.enter_context(
+                run_prometheus(
+                    _scrape_config(exporter.address),
+                    scrape_interval="2s",
+                    rule_files=[str(p) for p in sorted((generated / "rules").glob("*.yaml"))],
+                )
+            )
+            if story is not None:
+                influx.create_database("hpcmon")
+                story.write_config(influx.url, prom.url)
+                story.submit()
             print(_post_job_demo(influx, args.workdir), flush=True)
-            report, report_status = _job_report(influx, args.workdir)
             print()
             print(f"influxdb:   {influx.url}  (database hpcmon, InfluxQL at /query)")
-            print(f"report:     {report}  ({report_status})")
+            if story is None:
+                report, report_status = _job_report(influx, args.workdir)
+                print(f"report:     {report}  ({report_status})")
             print(f"exporter:   http://{exporter.address}/metrics")
             print(f"prometheus: {prom.url}  (graph: {prom.url}/graph)")
             print(
@@ -336,6 +584,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"storm:      job {STORM_JOB} replays {STORM_OPS_PER_SECOND:,} extra operations/s "
                 "per operation; alert `for` shortened to 10 s for the demo"
             )
+            if story is None:
+                print("slurm:      not started (needs root and Debian's slurm packages): job 43 is")
+                print("            a bare job id of the replay")
+            else:
+                print(
+                    f"slurm:      job {story.jobid} of the demo's Slurm ({cluster.conf_path}): "
+                    f"job_name={STORM_JOB_NAME} user=nobody account={STORM_ACCOUNT}; ended once "
+                    "its alert fires, its epilog then writes its report"
+                )
+                if story.jobid != STORM_JOB:
+                    print(f"slurm:      Slurm gave job id {story.jobid}, not {STORM_JOB}: no storm")
             print(
                 f"replayed captures: {len(sections)} targets, "
                 f"{sum(len(s.jobs) for s in sections)} job entries; logs in {args.workdir}"
@@ -344,7 +603,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             while args.duration is None or time.time() - started < args.duration:
                 time.sleep(args.refresh)
                 view = _view(prom)
-                print(("\033[2J\033[H" if interactive else "\n") + view, flush=True)
+                if story is not None:
+                    notes += _story(story, prom)
+                print(
+                    ("\033[2J\033[H" if interactive else "\n") + "\n".join([view, "", *notes]),
+                    flush=True,
+                )
+            if story is not None and story.released:  # its epilog may still run: let it end
+                deadline = time.monotonic() + EPILOG_WAIT
+                while not story.told and time.monotonic() < deadline:
+                    time.sleep(1)
+                    told = _story(story, prom)
+                    if told:
+                        print("\n".join(told), flush=True)
+            if story is not None and not story.told:
+                print(f"report:     none: job {story.jobid} had not ended its story", flush=True)
     except KeyboardInterrupt:
         with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP)
             print("\nstopping", flush=True)

@@ -21,7 +21,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -464,11 +464,16 @@ def wait_port(port: int, proc: subprocess.Popen, log_path: Path, timeout: float 
 
 @contextlib.contextmanager
 def run_exporter(
-    args: Sequence[str], workdir: Path, timeout: float = 30.0
+    args: Sequence[str],
+    workdir: Path,
+    timeout: float = 30.0,
+    env: Mapping[str, str] | None = None,
+    log_name: str = "exporter.log",
 ) -> Iterator[ExporterProcess]:
-    """``python -m hpcmon.exporter ARGS`` on a free port; its output in workdir/exporter.log."""
+    """``python -m hpcmon.exporter ARGS`` on a free port, with `env` added to its environment
+    (e.g. a Slurm cluster's SLURM_CONF); its output in workdir/`log_name`."""
     port = free_port()
-    log_path = workdir / "exporter.log"
+    log_path = workdir / log_name
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [
@@ -482,7 +487,7 @@ def run_exporter(
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=REPO_ROOT,
-            env=loopback_env(),
+            env={**loopback_env(), **(env or {})},
         )
     try:
         wait_port(port, proc, log_path, timeout)

@@ -159,15 +159,18 @@ def _collect_history(
 
 
 def _window(job: JobData) -> tuple[float, float] | None:
+    """The job's window for Prometheus: Slurm's start and end when the job has a Slurm record
+    (the whole job: every step, not only the application Darshan or GEOPM followed, and the
+    node's clock, not the one a log was stamped with), else Darshan's, else GEOPM's."""
+    s = job.slurm
+    if s is not None and s.start is not None and s.end is not None and s.end >= s.start:
+        return s.start, max(s.end, s.start + 1.0)
     d = job.darshan
     if d is not None and d.start is not None and d.end is not None:
         return float(d.start), float(max(d.end, d.start + max(d.runtime, 1.0)))
     g = job.geopm
     if g is not None and g.start is not None and g.runtime > 0:
         return g.start, g.start + g.runtime
-    s = job.slurm
-    if s is not None and s.start is not None and s.end is not None and s.end >= s.start:
-        return s.start, max(s.end, s.start + 1.0)
     return None
 
 

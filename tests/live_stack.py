@@ -1,7 +1,9 @@
 """A small live site for dashboard and rule tests: the real exporter on replayed Lustre captures
 (with one job in an I/O storm), a powercap tree whose counters advance, a Slurm jobs directory,
-a post-job spool holding an undelivered batch, a broken exporter and a dead target, all
-scraped by a real Prometheus with the generated rules.
+a post-job spool holding an undelivered batch, a broken exporter and a dead target, and a real
+Slurm cluster running the two jobs of the compute node, listed by a pair of exporters with
+--collector.slurm (a controller pair: each job exported twice); all scraped by a real
+Prometheus with the generated rules.
 """
 
 from __future__ import annotations
@@ -15,19 +17,38 @@ from pathlib import Path
 
 from devtools.replay import load_sections, render, write_atomically
 from devtools.servers import ExporterProcess, Prometheus, free_port, run_exporter, run_prometheus
+from devtools.slurm import SlurmCluster, run_slurm
 from hpcmon.post_job.spool import Spool
 from tests.exporter.test_geopm_helpers import write_zone
 from tests.exporter.test_geopm_integration import START_UJ, EnergyWriter
 
 DATA = Path(__file__).parent / "data"
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    name: str
+    account: str
+    user: str
+    uid: int
+
+
 CAPTURE_GLOBS = (
     "*public1-OST000[7d]*lustre2.12.5.txt",  # two of the six 2.12.5 OSTs: about 1,700 jobs
     "*lustrefs-*_job_stats__lustre2.10.1.txt",
     "*jobstats_only_2.14.0_16*.txt",
 )
 STORM_JOB = "43"  # on lustrefs-MDT0000 and lustrefs-OST0000 (Lustre 2.10.1 captures)
-SHARED_NODE_JOBS = (STORM_JOB, "1728032")  # both run on the one compute node
-JOBID_PATTERN = r"(?P<exe>[A-Za-z_][\w-]*)\.(?P<uid>\d+)"  # procname_uid ids, e.g. gzip.2748
+OTHER_JOB = "44"  # there too
+SHARED_NODE_JOBS = (STORM_JOB, OTHER_JOB)  # both run on the one compute node
+# The two as real Slurm jobs (Slurm gives ids from FirstJobId: 43, then 44): job name,
+# account, user (uid).
+SLURM_JOBS = {
+    STORM_JOB: SlurmJob("metadata-storm", "climate", "nobody", 65534),
+    OTHER_JOB: SlurmJob("lattice qcd", "physics", "daemon", 1),
+}
+# procname_uid ids (gzip.2748), or Slurm's plain numeric ids, as slurm_job (43)
+JOBID_PATTERN = r"(?P<exe>[A-Za-z_][\w-]*)\.(?P<uid>\d+)|(?P<slurm_job>\d+)"
 SCRAPE_JOB = "hpcmon-jobstats"
 
 
@@ -37,6 +58,7 @@ class LiveStack:
     exporter: ExporterProcess
     broken_exporter: ExporterProcess
     job: str  # a job with Lustre I/O on OSTs and an MDT, running on the compute node
+    controllers: list[ExporterProcess]  # --collector.slurm, both on the one cluster
 
 
 def captures() -> list[Path]:
@@ -87,10 +109,48 @@ class LiveExporters:
     exporter: ExporterProcess  # Lustre targets, power and jobs of one node
     broken: ExporterProcess  # a source that cannot be read, no power source
     dead_target: str  # an address where nothing listens
+    controllers: list[ExporterProcess]  # Slurm's job list, twice
 
     @property
     def addresses(self) -> list[str]:
-        return [self.exporter.address, self.broken.address, self.dead_target]
+        exporters = [self.exporter, self.broken, *self.controllers]
+        return [e.address for e in exporters] + [self.dead_target]
+
+
+@contextlib.contextmanager
+def run_slurm_jobs(workdir: Path) -> Iterator[list[ExporterProcess]]:
+    """A real Slurm cluster running SLURM_JOBS (until the end), and two exporters listing its
+    queue with --collector.slurm and nothing else, as a controller pair would."""
+    # linuxproc: no cgroup of job 43 that another cluster of the same ids would share
+    with run_slurm(
+        nodes=len(SLURM_JOBS), proctrack="linuxproc", extra_conf={"FirstJobId": 43}
+    ) as slurm:
+        for jobid, job in SLURM_JOBS.items():
+            got = slurm.sbatch(
+                "#!/bin/sh\nexec sleep 100000\n",
+                uid=job.uid,
+                gid=job.uid,
+                job_name=job.name,
+                account=job.account,
+            )
+            assert got == jobid, f"Slurm gave job id {got}, not {jobid}"
+        for jobid in SLURM_JOBS:
+            _wait_running(slurm, jobid)
+        args = ["--no-collector.jobstats", "--collector.slurm", "--slurm.interval=1"]
+        env = {"SLURM_CONF": str(slurm.conf_path)}
+        with (
+            run_exporter(args, workdir, env=env, log_name="controller-1.log") as first,
+            run_exporter(args, workdir, env=env, log_name="controller-2.log") as second,
+        ):
+            yield [first, second]
+
+
+def _wait_running(slurm: SlurmCluster, jobid: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while (state := slurm.job_info(jobid).get("JobState")) != "RUNNING":
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"Slurm job {jobid} not running after {timeout}s: {state}")
+        time.sleep(0.2)
 
 
 @contextlib.contextmanager
@@ -140,8 +200,9 @@ def run_live_exporters(workdir: Path) -> Iterator[LiveExporters]:
         with (
             run_exporter(exporter_args, workdir) as exporter,
             run_exporter(broken_args, workdir / "broken") as broken,
+            run_slurm_jobs(workdir) as controllers,
         ):
-            yield LiveExporters(exporter, broken, dead_target)
+            yield LiveExporters(exporter, broken, dead_target, controllers)
     finally:
         replay.halt.set()
         energy.halt.set()
@@ -158,4 +219,4 @@ def run_live_stack(workdir: Path, rule_files: list[str]) -> Iterator[LiveStack]:
     with run_live_exporters(workdir) as live:
         scrape = scrape_config(live.addresses)
         with run_prometheus(scrape, scrape_interval="2s", rule_files=rule_files) as prom:
-            yield LiveStack(prom, live.exporter, live.broken, STORM_JOB)
+            yield LiveStack(prom, live.exporter, live.broken, STORM_JOB, live.controllers)

@@ -87,6 +87,8 @@ def test_generate_writes_every_file_the_same_twice(tmp_path: Path) -> None:
         ('"col\\nour": blue\n', "'col\\nour': unknown key"),  # one line, whatever the key
         ("jobid_labels: [job-id]\n", "not a usable label name"),
         ("jobid_labels: [target]\n", "not a usable label name"),
+        ("jobid_labels: [account]\n", "not a usable label name"),  # the join with Slurm's
+        ("slurm_jobid_label: slurm_job\n", "'jobid' or one of jobid_labels"),
         ("rates_from: both\n", "rates_from"),
         ("thresholds: {metadata_storm_for: ten minutes}\n", "not a Prometheus duration"),
         ("grafana_url: grafana\n", "expected an http(s) URL"),
@@ -303,3 +305,12 @@ def test_alerts_link_to_the_drill_down_with_job_and_window(tmp_path: Path) -> No
         assert "cluster" not in rule["expr"] or config.cluster_label == "cluster"
     default = rules.rule_files(dashboards_config.Config())
     assert "cluster" not in json.dumps(default)  # the exporter's own labels only
+
+
+def test_substituted_queries_keep_label_replace_s_references() -> None:
+    """Grafana replaces its variables and leaves `$1` (label_replace's first group, in the
+    Slurm joins on slurm_job) alone; so does the tests' stand-in for it."""
+    query = 'label_replace(x{account=~"$account"}, "slurm_job", "$1", "jobid", "(.+)")'
+    assert lint.substitute_variables(query, {"account": "climate"}) == (
+        'label_replace(x{account=~"climate"}, "slurm_job", "$1", "jobid", "(.+)")'
+    )

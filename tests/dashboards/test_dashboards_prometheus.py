@@ -5,6 +5,7 @@ generated rules; every metric name they use is one the exporter exports."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 
 import promql_parser
@@ -15,7 +16,7 @@ from devtools.servers import http_get
 from hpcmon.common import metric_names
 from hpcmon.dashboards import config as dashboards_config
 from hpcmon.dashboards import generate, lint, rules
-from tests.live_stack import SCRAPE_JOB, LiveStack, run_live_stack
+from tests.live_stack import SCRAPE_JOB, SLURM_JOBS, LiveStack, run_live_stack
 
 pytestmark = pytest.mark.integration
 
@@ -57,7 +58,13 @@ VALUES = {"__rate_interval": "15s", "__range": "2m", "__interval": "5s", "__inte
 def configs(tmp_path_factory) -> dict[str, dashboards_config.Config]:
     path = tmp_path_factory.mktemp("config") / "live.yaml"
     path.write_text(yaml.safe_dump(LIVE_CONFIG))
-    return {"default": dashboards_config.load(None), "live": dashboards_config.load(path)}
+    live = dashboards_config.load(path)
+    # A site whose Lustre series give Slurm's id in slurm_job (a group of the jobid pattern):
+    # the same dashboards, joined with Slurm's job list on that label.
+    slurm_job = dashboards_config.replace(
+        live, jobid_labels=("uid", "slurm_job"), slurm_jobid_label="slurm_job"
+    )
+    return {"default": dashboards_config.load(None), "live": live, "slurm_job": slurm_job}
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +81,8 @@ def stack(tmp_path_factory, configs) -> Iterator[LiveStack]:
         prom.wait_for('ALERTS{alertname="LustreJobMetadataStorm", alertstate="firing"}', 60)
         prom.wait_for(f"{metric_names.GEOPM_UP} == 0", timeout=30)
         prom.wait_for(f'up{{job="{SCRAPE_JOB}"}} == 0', timeout=30)
+        prom.wait_for(f"count({metric_names.SLURM_JOB_INFO}) == 4", timeout=30)  # 2 jobs x 2
+        prom.wait_for(rules.ACCOUNT_POWER, timeout=60)
         yield stack
 
 
@@ -91,7 +100,7 @@ def _run(prom, query: str, values: dict[str, str]) -> list[dict]:
     return prom.query(lint.substitute_variables(query, values))
 
 
-@pytest.mark.parametrize("config_name", ["default", "live"])
+@pytest.mark.parametrize("config_name", ["default", "live", "slurm_job"])
 def test_every_dashboard_promql_returns_data(stack: LiveStack, configs, config_name) -> None:
     prom = stack.prometheus
     empty = []
@@ -166,7 +175,7 @@ def test_dashboards_and_rules_use_only_exported_metrics(stack: LiveStack, config
     """Renaming a metric in the exporter breaks this test: the names the dashboards and rules
     use come from hpcmon.common.metric_names, and each of them is in the real exporter's output."""
     exposition = b""
-    for exporter in (stack.exporter, stack.broken_exporter):
+    for exporter in (stack.exporter, stack.broken_exporter, *stack.controllers):
         status, body = http_get(f"http://{exporter.address}/metrics")
         assert status == 200
         exposition += body
@@ -239,3 +248,77 @@ def test_health_row_on_a_healthy_exporter(prometheus_factory, tmp_path) -> None:
                 assert found, f"{panel['title']}: {target['expr']} has no data"
                 if panel["title"] in FAILURE_STATS:
                     assert [r["value"][1] for r in found] == ["0"], (panel["title"], found)
+
+
+# Issue 32: the real Slurm jobs of the live site (SLURM_JOBS), listed by two controllers.
+JOB_TABLES = ("Top jobs by write rate", "Top jobs by read rate",
+              "Top jobs by metadata operations", "Energy per job over the time range")  # fmt: skip
+
+
+def _panel_queries(config, uid: str, titles) -> dict[str, str]:
+    board = generate.dashboards(config)[uid]
+    return {p["title"]: p["targets"][0]["expr"] for p in lint.panels(board) if p["title"] in titles}
+
+
+def test_storming_job_alert_names_its_slurm_job(stack: LiveStack) -> None:
+    """The storm job is a Slurm job listed by both controllers: its alert fires once, with
+    its user, account and job name as squeue gives them."""
+    job = SLURM_JOBS[stack.job]
+    assert len(stack.prometheus.query(f'{metric_names.SLURM_JOB_INFO}{{jobid="{stack.job}"}}')) == 2
+    alerts = stack.prometheus.query(
+        f'ALERTS{{alertname="LustreJobMetadataStorm", alertstate="firing", jobid="{stack.job}"}}'
+    )
+    assert [
+        (a["metric"].get("user"), a["metric"].get("account"), a["metric"].get("job_name"))
+        for a in alerts
+    ] == [(job.user, job.account, job.name)]
+
+
+@pytest.mark.parametrize("config_name", ["default", "live", "slurm_job"])
+def test_job_tables_name_the_jobs_and_follow_account_and_user(
+    stack: LiveStack, configs, config_name
+) -> None:
+    """The overview's top-job tables: under All, Slurm's jobs with their names and the jobs
+    Slurm does not list without; an account or a user chosen: its jobs only."""
+    queries = _panel_queries(configs[config_name], "hpcmon-overview", JOB_TABLES)
+    assert set(queries) == set(JOB_TABLES)
+    names = {jobid: (j.user, j.account, j.name) for jobid, j in SLURM_JOBS.items()}
+    for title, query in queries.items():
+        rows = _run(stack.prometheus, query, dict(VALUES))
+        seen = {r["metric"]["jobid"]: r["metric"] for r in rows}
+        for jobid, labels in seen.items():
+            shown = (labels.get("user"), labels.get("account"), labels.get("job_name"))
+            assert shown == names.get(jobid, (None, None, None)), (title, jobid, labels)
+        if title != "Energy per job over the time range":  # only Slurm's jobs use power
+            assert set(seen) - set(SLURM_JOBS), f"{title}: no job Slurm does not list"
+        for jobid, job in SLURM_JOBS.items():
+            for variable, value in (("account", job.account), ("user", job.user)):
+                chosen = _run(stack.prometheus, query, {**VALUES, variable: value})
+                assert [r["metric"]["jobid"] for r in chosen] == [jobid], (title, variable)
+
+
+def test_account_and_user_sums_are_their_jobs_sums(stack: LiveStack) -> None:
+    """Each account and user of the live site has one Slurm job, listed twice (a controller
+    pair): its recorded bytes, metadata operations and power equal its job's, once."""
+    prom = stack.prometheus
+    at = time.time() - 3  # a past instant: every rule of the group evaluated at it
+
+    def values(query: str) -> dict[str, float]:
+        found = prom.query(query, at=at)
+        return {r["metric"].get("direction", ""): float(r["value"][1]) for r in found}
+
+    for jobid, job in SLURM_JOBS.items():
+        for owner, name in (("account", job.account), ("user", job.user)):
+            pairs = (
+                (f"hpcmon:lustre_{owner}_bytes:rate5m", rules.JOB_BYTES),
+                (f"hpcmon:lustre_{owner}_metadata_ops:rate5m", rules.JOB_METADATA_OPS),
+                (f"hpcmon:lustre_{owner}_bytes:avg5m", rules.LONGTERM_JOB_BYTES),
+                (f"hpcmon:lustre_{owner}_metadata_ops:avg5m", rules.LONGTERM_JOB_METADATA_OPS),
+                (f"hpcmon:{owner}_power_watts:avg5m", rules.LONGTERM_JOB_POWER),
+            )
+            for summed, per_job in pairs:
+                total = values(f'{summed}{{{owner}="{name}"}}')
+                alone = values(f'{per_job}{{jobid="{jobid}"}}')
+                assert total and total.keys() == alone.keys(), (summed, total, alone)
+                for key, value in total.items():
+                    assert value == pytest.approx(alone[key], rel=1e-9), (summed, key)

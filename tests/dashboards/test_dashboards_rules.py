@@ -103,16 +103,17 @@ def test_promtool_check_rules_default_and_custom(tmp_path: Path) -> None:
     custom = dashboards_config.replace(
         dashboards_config.Config(),
         cluster_label="cluster",
-        jobid_labels=("uid", "exe"),
+        jobid_labels=("uid", "exe", "slurm_job"),
+        slurm_jobid_label="slurm_job",
         rates_from="gauges",
     )
     for index, config in enumerate([dashboards_config.Config(), custom]):
         files = _write_rules(tmp_path / str(index), config)
         result = _promtool("check", "rules", *files, cwd=tmp_path)
         assert result.returncode == 0, result.stdout + result.stderr
-        assert "SUCCESS: 10 rules found" in result.stdout  # recording
+        assert "SUCCESS: 14 rules found" in result.stdout  # recording
         assert "SUCCESS: 8 rules found" in result.stdout  # alerts
-        assert result.stdout.count("SUCCESS: 10 rules found") == 2  # recording, long-term
+        assert "SUCCESS: 16 rules found" in result.stdout  # long-term
 
 
 def test_promtool_check_rules_catches_a_broken_rule(tmp_path: Path) -> None:
@@ -487,6 +488,25 @@ def test_postjob_backlog(tmp_path: Path) -> None:
     _run(tmp_path, dashboards_config.Config(), tests)
 
 
+def _node_energy(series: Series, node: str, watts: float, minutes: int) -> None:
+    """CPU and DRAM (64 W) counters make the node's power; the board domain is not counted."""
+    series.add(
+        "geopm_cpu_energy_joules_total",
+        f'instance="{node}", domain="package", domain_index="0", source="powercap"',
+        [(watts - 64) * MINUTE * i for i in range(minutes)],
+    )
+    series.add(
+        "geopm_dram_energy_joules_total",
+        f'instance="{node}", domain="package", domain_index="0", source="powercap"',
+        [64 * MINUTE * i for i in range(minutes)],
+    )
+    series.add(
+        "geopm_board_energy_joules_total",
+        f'instance="{node}", domain="board", domain_index="0", source="powercap"',
+        [watts * 2 * MINUTE * i for i in range(minutes)],
+    )
+
+
 def test_job_power_splits_shared_nodes(tmp_path: Path) -> None:
     """The energy attribution rule: node A (300 W) runs jobs 1 and 2, node B (100 W) runs job 2
     alone, so job 1 gets 150 W and job 2 gets 150 + 100 W; a job that leaves gives its share
@@ -494,22 +514,7 @@ def test_job_power_splits_shared_nodes(tmp_path: Path) -> None:
     with many-to-many matching.)"""
     series = Series()
     for node, watts in (("a:19325", 300.0), ("b:19325", 100.0)):
-        # CPU and DRAM (64 W) counters make the node's power; the board domain is not counted.
-        series.add(
-            "geopm_cpu_energy_joules_total",
-            f'instance="{node}", domain="package", domain_index="0", source="powercap"',
-            [(watts - 64) * MINUTE * i for i in range(40)],
-        )
-        series.add(
-            "geopm_dram_energy_joules_total",
-            f'instance="{node}", domain="package", domain_index="0", source="powercap"',
-            [64 * MINUTE * i for i in range(40)],
-        )
-        series.add(
-            "geopm_board_energy_joules_total",
-            f'instance="{node}", domain="board", domain_index="0", source="powercap"',
-            [watts * 2 * MINUTE * i for i in range(40)],
-        )
+        _node_energy(series, node, watts, 40)
     series.add("hpc_node_job_info", 'instance="a:19325", jobid="1", uid="1000"', [1] * 20)
     series.add("hpc_node_job_info", 'instance="a:19325", jobid="2", uid="1000"', [1] * 40)
     series.add("hpc_node_job_info", 'instance="b:19325", jobid="2", uid="1000"', [1] * 40)
@@ -599,3 +604,235 @@ def test_longterm_rules_keep_jobs_and_targets_apart(tmp_path: Path) -> None:
         }
     ]
     _run(tmp_path, dashboards_config.Config(longterm_interval="5m"), tests)
+
+
+# Issue 32: Slurm's job list (hpc_slurm_job_info) joined into the job alerts and the per-user
+# and per-account rules. A controller pair exports each job twice (ctl1, ctl2), in states that
+# may differ for a moment; a job Slurm no longer lists is in no join.
+SLURM = 'job="hpcmon-slurm", partition="debug"'
+CONTROLLERS = ("ctl1:19325", "ctl2:19325")
+
+
+def _slurm_job(series: Series, jobid: str, user: str, account: str, name: str, minutes: int,
+               states: tuple[str, str] = ("RUNNING", "COMPLETING"), names: tuple[str, ...] = ()
+               ) -> None:  # fmt: skip
+    """The job as both controllers list it (states[i], names[i] on controller i)."""
+    for index, controller in enumerate(CONTROLLERS):
+        labels = (
+            f'instance="{controller}", {SLURM}, jobid="{jobid}", user="{user}", '
+            f'account="{account}", job_name="{(names or (name, name))[index]}", '
+            f'state="{states[index]}"'
+        )
+        series.add("hpc_slurm_job_info", labels, [1] * minutes)
+
+
+def _storming_job(series: Series, labels: str, target: str) -> None:
+    """From minute 3 to 33: 12,000 metadata operations/s on the MDT, 6,000 writes/s of 4 KiB
+    and 600 MiB/s of reads on `target` (an OST no other job uses): all three job alerts."""
+    shape = ((0, 3), (1, 30), (0, 25))
+    mdt = f'{labels}, component="mdt", target="fs-MDT0000"'
+    _operations(series, mdt, "open", [12_000 * x for x in profile(*shape)])
+    ost = f'{labels}, component="ost", target="{target}"'
+    writes = [6000 * x for x in profile(*shape)]
+    series.rate(
+        "lustre_job_write_samples_total",
+        "lustre_job_operations_per_second",
+        ost,
+        writes,
+        operation="write",
+    )
+    _bytes(series, "write", ost, [4096 * x for x in writes])
+    _bytes(series, "read", ost, [600 * MIB * x for x in profile(*shape)])
+
+
+JOB_ALERTS = ("LustreJobMetadataStorm", "LustreJobSmallWrites", "LustreJobDominatesTarget")
+
+
+def _job_alert_tests(series: Series, jobs: list[tuple[dict[str, str], str]],
+                     disagreeing: Series) -> list[dict]:  # fmt: skip
+    """At minute 25 every job alert fires once per job of `jobs` (its labels, and how the
+    summary shows it); and, in a second test, once for the one job of `disagreeing`, whose
+    two controllers disagree on its name."""
+    at = 25 * MINUTE
+    checks = []
+    for alertname, summary, description, lookback in (
+        (
+            "LustreJobMetadataStorm",
+            "Job {shown}: metadata storm",
+            "Job {jobid} averages 12k metadata operations/s over 5 min, summed over all MDTs "
+            "and operations (threshold 10000/s).",
+            600,
+        ),
+        (
+            "LustreJobSmallWrites",
+            "Job {shown}: many small writes",
+            "Job {jobid} issues 6k writes/s to the OSTs with a mean write size under 64 KiB.",
+            900,
+        ),
+        (
+            "LustreJobDominatesTarget",
+            "Job {shown} dominates {target}",
+            "Job {jobid} carries 100% of {target}'s read throughput while the target moves at "
+            "least 500 MiB/s.",
+            600,
+        ),
+    ):
+        expected = []
+        for labels, shown in jobs:
+            labels = dict(labels)
+            target = labels.pop("target")
+            if alertname == "LustreJobDominatesTarget":
+                labels.update(component="ost", target=target, direction="read")
+            text = {"shown": shown, "jobid": labels["jobid"], "target": target}
+            expected.append(
+                {
+                    "exp_labels": {"severity": "warning", **labels},
+                    "exp_annotations": {
+                        "summary": summary.format(**text),
+                        "description": description.format(**text),
+                        "dashboard": _link(
+                            "hpcmon-job", f"var-jobid={labels['jobid']}", at, 3600 + lookback
+                        ),
+                    },
+                }
+            )
+        checks.append({"eval_time": "25m", "alertname": alertname, "exp_alerts": expected})
+    return [
+        {
+            "interval": "1m",
+            "input_series": series.items,
+            "alert_rule_test": checks,
+        },
+        {
+            "interval": "1m",
+            "input_series": disagreeing.items,
+            "promql_expr_test": [
+                {
+                    "expr": 'count by (alertname) (ALERTS{alertstate="firing"})',
+                    "eval_time": "25m",
+                    "exp_samples": [
+                        {"labels": f'{{alertname="{name}"}}', "value": 1} for name in JOB_ALERTS
+                    ],
+                }
+            ],
+        },
+    ]
+
+
+def test_job_alerts_name_the_slurm_job(tmp_path: Path, config) -> None:
+    """Job 4242 is listed by both controllers (RUNNING on one, already COMPLETING on the
+    other): its three alerts carry its user, account and job name, and the summary names
+    them. Job 4243 is one Slurm no longer lists: its alerts fire as they do without any Slurm
+    collector. Job 4244's controllers disagree on its name for a moment (renamed between
+    their reads): still one alert each, not a failing rule."""
+    series, disagreeing = Series(), Series()
+    for jobid, target in (("4242", "fs-OST0000"), ("4243", "fs-OST0001")):
+        _storming_job(series, f'{JOBSTATS}, jobid="{jobid}"', target)
+    _slurm_job(series, "4242", "alice", "climate", "wrf-ensemble_7", 60)
+    _storming_job(disagreeing, f'{JOBSTATS}, jobid="4244"', "fs-OST0002")
+    _slurm_job(disagreeing, "4244", "bob", "physics", "", 60, names=("lattice", "lattice-v2"))
+    known = {"jobid": "4242", "user": "alice", "account": "climate",
+             "job_name": "wrf-ensemble_7", "target": "fs-OST0000"}  # fmt: skip
+    jobs = [
+        (known, "4242 (wrf-ensemble_7, user alice, account climate)"),
+        ({"jobid": "4243", "target": "fs-OST0001"}, "4243"),
+    ]
+    _run(tmp_path, config, _job_alert_tests(series, jobs, disagreeing))
+
+
+SLURM_JOB_CONFIG = dashboards_config.replace(
+    dashboards_config.Config(), jobid_labels=("slurm_job",), slurm_jobid_label="slurm_job"
+)
+
+
+@pytest.mark.parametrize("join", ["jobid", "slurm_job"])
+def test_user_and_account_sums_are_their_jobs_sums(tmp_path: Path, join: str) -> None:
+    """Per user and per account, the sum of their jobs: bytes/s and metadata operations/s
+    every minute (rate5m) and in the long-term group (avg5m), power there too. Job 4242 is
+    listed by both controllers and counts once; job 4243, which Slurm no longer lists, in no
+    sum. join=slurm_job: the site's jobstats ids carry the node (4242.n1, 4242.n2: the job's
+    two nodes) and --jobstats.jobid-pattern gives Slurm's id as slurm_job; power joins on the
+    compute nodes' jobid, which is Slurm's id."""
+    jobs = {  # Slurm id: (user, account, write MiB/s, read MiB/s, metadata ops/s)
+        "4242": ("alice", "climate", 100, 10, 300),
+        "4245": ("bob", "climate", 50, 0, 200),
+        "4246": ("alice", "physics", 20, 0, 100),
+        "4243": (None, None, 1000, 0, 5000),
+    }
+    series = Series()
+    for jobid, (user, account, write, read, metadata) in jobs.items():
+        parts = [f'jobid="{jobid}"']
+        if join == "slurm_job":  # the job's I/O split over its two nodes' ids
+            parts = [f'jobid="{jobid}.{n}", slurm_job="{jobid}"' for n in ("n1", "n2")]
+        for labels in parts:
+            share = 1 / len(parts)
+            ost = f'{JOBSTATS}, {labels}, component="ost", target="fs-OST0000"'
+            _bytes(series, "write", ost, [write * MIB * share] * 21)
+            if read:
+                _bytes(series, "read", ost, [read * MIB * share] * 21)
+            mdt = f'{JOBSTATS}, {labels}, component="mdt", target="fs-MDT0000"'
+            _operations(series, mdt, "open", [metadata * share] * 21)
+        if user:
+            _slurm_job(series, jobid, user, account, f"job-{jobid}", 21)
+    # Power: node a (300 W) runs 4242 and 4245, b (100 W) 4245, c (200 W) 4246 and 4243.
+    for node, watts in (("a:19325", 300.0), ("b:19325", 100.0), ("c:19325", 200.0)):
+        _node_energy(series, node, watts, 21)
+    for node, jobid in (("a", "4242"), ("a", "4245"), ("b", "4245"), ("c", "4246"), ("c", "4243")):
+        series.add("hpc_node_job_info", f'instance="{node}:19325", jobid="{jobid}"', [1] * 21)
+
+    def samples(record: str, *expected: tuple[str, float]) -> dict:
+        return {
+            "expr": record,
+            "eval_time": "10m",
+            "exp_samples": [
+                {"labels": f"{record}{{{labels}}}", "value": value} for labels, value in expected
+            ],
+        }
+
+    write, read = 'direction="write"', 'direction="read"'
+    for_bytes = {
+        "user": [(f'user="alice", {write}', 120 * MIB), (f'user="alice", {read}', 10 * MIB),
+                 (f'user="bob", {write}', 50 * MIB)],
+        "account": [(f'account="climate", {write}', 150 * MIB),
+                    (f'account="climate", {read}', 10 * MIB),
+                    (f'account="physics", {write}', 20 * MIB)],
+    }  # fmt: skip
+    for_metadata = {
+        "user": [('user="alice"', 400), ('user="bob"', 200)],
+        "account": [('account="climate"', 500), ('account="physics"', 100)],
+    }
+    for_power = {  # 4242: 150 W, 4245: 150 + 100 W, 4246: 100 W (4243 has the other half of c)
+        "user": [('user="alice"', 250), ('user="bob"', 250)],
+        "account": [('account="climate"', 400), ('account="physics"', 100)],
+    }
+    checks = []
+    for owner in ("user", "account"):
+        checks += [
+            samples(f"hpcmon:lustre_{owner}_bytes:rate5m", *for_bytes[owner]),
+            samples(f"hpcmon:lustre_{owner}_bytes:avg5m", *for_bytes[owner]),
+            samples(f"hpcmon:lustre_{owner}_metadata_ops:rate5m", *for_metadata[owner]),
+            samples(f"hpcmon:lustre_{owner}_metadata_ops:avg5m", *for_metadata[owner]),
+            samples(f"hpcmon:{owner}_power_watts:avg5m", *for_power[owner]),
+        ]
+    tests = [{"interval": "1m", "input_series": series.items, "promql_expr_test": checks}]
+    config = SLURM_JOB_CONFIG if join == "slurm_job" else dashboards_config.Config()
+    _run(tmp_path, config, tests)
+
+
+def test_job_alerts_name_the_slurm_job_of_a_jobid_pattern(tmp_path: Path) -> None:
+    """A site whose jobstats ids carry more than Slurm's number (4242.n1): the alerts join on
+    the slurm_job label of --jobstats.jobid-pattern and carry it next to user, account and
+    job name."""
+    series, disagreeing = Series(), Series()
+    _storming_job(series, f'{JOBSTATS}, jobid="4242.n1", slurm_job="4242"', "fs-OST0000")
+    _storming_job(series, f'{JOBSTATS}, jobid="4243.n1", slurm_job="4243"', "fs-OST0001")
+    _slurm_job(series, "4242", "alice", "climate", "wrf-ensemble_7", 60)
+    _storming_job(disagreeing, f'{JOBSTATS}, jobid="4244.n1", slurm_job="4244"', "fs-OST0002")
+    _slurm_job(disagreeing, "4244", "bob", "physics", "", 60, names=("lattice", "lattice-v2"))
+    known = {"jobid": "4242.n1", "slurm_job": "4242", "user": "alice", "account": "climate",
+             "job_name": "wrf-ensemble_7", "target": "fs-OST0000"}  # fmt: skip
+    jobs = [
+        (known, "4242.n1 (wrf-ensemble_7, user alice, account climate)"),
+        ({"jobid": "4243.n1", "slurm_job": "4243", "target": "fs-OST0001"}, "4243.n1"),
+    ]
+    _run(tmp_path, SLURM_JOB_CONFIG, _job_alert_tests(series, jobs, disagreeing))

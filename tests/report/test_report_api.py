@@ -199,6 +199,25 @@ def test_geopm_report_gives_energy_and_the_window_without_darshan() -> None:
     assert summary["energy_kwh"] == pytest.approx(job.geopm.energy_joules / 3.6e6)
 
 
+def test_slurm_s_times_are_the_window_of_a_job_with_a_darshan_log() -> None:
+    """Issue 32: a job with Slurm's record and a Darshan log is looked up in Prometheus over
+    Slurm's start to end (the whole job, on the node's clock), not the Darshan log's times (one
+    application of it, stamped when the log was written); without the record, over Darshan's."""
+    from hpcmon.report.api import _window
+    from hpcmon.report.model import SlurmView
+
+    log = ROOT / "tests/data/darshan/logs/mpi-io-test-x86_64-3.4.6.darshan"
+    darshan = darshan_from_rows(
+        rows_from_points(collect_darshan([log], [], JobContext("42")).points)
+    )
+    now = time.time()  # the job ran now; the log's own run was long before
+    assert darshan.start is not None and darshan.start < now - 86400
+    slurm = SlurmView("42", start=now - 75, end=now)
+    assert _window(JobData("42", darshan=darshan, slurm=slurm)) == (now - 75, now)
+    start, _ = _window(JobData("42", darshan=darshan))
+    assert start == darshan.start
+
+
 def test_grafana_link_spans_the_window() -> None:
     job = job_from_log(LOGS / "mpi-io-test-x86_64-3.5.0.darshan")
     job.window = (1700000000.0, 1700000100.5)
