@@ -38,9 +38,9 @@ def app_filter(config: Config) -> str:
 
 
 def application_variables(config: Config) -> list[core.Template]:
-    """app of the chosen job, from its job_index points (a field there, found by the index's
-    ``jobid`` tag), and its start (``jobstart``, epoch seconds, from its app_run point within
-    the job's window) that bounds the runs shown (hidden: they follow $jobid, not the time
+    """app of the chosen job, from its job_index points (a field there, as the job id is),
+    and its start (``jobstart``, epoch seconds, from its app_run point within the job's
+    window) that bounds the runs shown (hidden: they follow $jobid, not the time
     range, which a link from a list of jobs sets to that list's range). Follow
     job_variables, whose ``user``, ``jobfirst`` and ``joblast`` they read."""
     indexed = f'FROM "{JOB_INDEX}" WHERE "jobid" = \'$jobid\'{_cluster(config)}'

@@ -156,8 +156,8 @@ def has_any(*fields: str) -> str:
 
 
 def job_variables(config: Config) -> list[core.Template]:
-    """The job dashboard: one job, chosen from the jobs the post-job hook indexed (job_index,
-    tagged by job id), its user and its window (hidden: they follow $jobid, not the time
+    """The job dashboard: one job, chosen from the jobs the post-job hook indexed in the time
+    range (job_index), its user and its window (hidden: they follow $jobid, not the time
     range, which a link from a list of jobs sets to that list's range)."""
     cluster = f" AND \"cluster\" = '{config.cluster}'" if config.cluster else ""
     variables = [
@@ -170,14 +170,14 @@ def job_variables(config: Config) -> list[core.Template]:
                 "cluster", f"label_values({m.JOBSTATS_UP}, {config.cluster_label})", "Cluster"
             )
         )
-    where_cluster = f" WHERE \"cluster\" = '{config.cluster}'" if config.cluster else ""
     variables.append(
         core.Template(
             name="jobid",
             label="Job",
-            query=f'SHOW TAG VALUES FROM "{JOB_INDEX}" WITH KEY = "jobid"{where_cluster}',
+            # the jobs indexed in the time range (the index's job id is a field: no series a job)
+            query=f'SELECT DISTINCT("jobid") FROM "{JOB_INDEX}" WHERE $timeFilter{cluster}',
             dataSource=datasource(INFLUXDB),
-            refresh=1,
+            refresh=2,
             sort=3,
         )
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import zlib
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
@@ -40,8 +41,11 @@ from hpcmon.post_job.patterns import (
 )
 from hpcmon.post_job.reading import ReadPolicy, default_memory_limit_mib, job_policy
 from hpcmon.post_job.slurm import (
+    MAX_NODES,
     SlurmEnvironmentError,
     SlurmJob,
+    SlurmNode,
+    node_position,
     reads_job_inputs,
     slurm_job,
     slurm_node,
@@ -194,13 +198,29 @@ def _run(config: EpilogConfig, env: Mapping[str, str], now: float | None, failur
     if not job_wide and not requests:
         return 0
     app = epilog_app(config.app, job)
-    context = JobContext(job.job_id, config.cluster, job.user, app, None if job_wide else node.name)
+    context = JobContext(
+        job.job_id,
+        config.cluster,
+        job.user,
+        app,
+        None if job_wide else node.name,
+        0 if job_wide else _position(node),
+    )
     record = [slurm_job_point(job, context)] if job_wide else []
     report = run_job(context, requests, settings, deadline, policy, record)
     log.info("job=%s done: points=%d problems=%d", job.job_id, report.points, len(report.problems))
     if config.report is not None and job_wide:
         write_job_report(config, job, settings, report, deadline)
     return failure if report.problems else 0
+
+
+def _position(node: SlurmNode) -> int:
+    """A node's place in its job's node list (layout.py stamps its index point there); a
+    node that cannot find itself there (no Slurm does that) takes a place past any list."""
+    found = node_position(node.job_nodelist or "", node.name or "")
+    if found is not None:
+        return found
+    return MAX_NODES + zlib.crc32((node.name or "").encode()) % MAX_NODES
 
 
 def _needs_controller(config: EpilogConfig, job: SlurmJob) -> bool:

@@ -17,9 +17,15 @@ series and second, in a canonical order (original time, moved tags, fields), so 
 the hook, or a migration of the old layout, stamps every point the same way. Times keep
 their second; what a point needs finer is in its fields.
 
-A job is found through ``job_index``, the one series a job adds (tags ``jobid``,
-``cluster``): the first and last stamp of its points. Readers take that window and select
-``jobid`` as a field within it, which reads only the job's bounded series for that time.
+A job is found through its ``job_index`` point (one per hook run): the first and last stamp
+of its points. It adds no series either: its tags are ``cluster`` and ``bucket``, the job's
+slot mod 1,000 (``index_bucket``), and ``jobid`` is a field, so a reader that knows the job id
+reads one bucket's series, a thousandth of the index. It is stamped on the job's lattice too:
+the second of the run's first point, the job's slot, and the node's place in the job's node
+list (the first node 0), so no two jobs' index points meet, nor two nodes' of a job of up
+to 10,000 nodes. Readers take the window
+and select ``jobid`` as a field within it, which reads only the job's bounded series for that
+time.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from hpcmon.post_job.model import JobContext
 from hpcmon.post_job.points import Point
 
 INDEX = "job_index"
+INDEX_BUCKETS = 1_000  # series of the index per cluster and shard
 NS_PER_SECOND = 1_000_000_000
 SLOTS = 100_000  # job slots per second
 SLOT_WIDTH = NS_PER_SECOND // SLOTS  # points of one job, series and second before a carry
@@ -45,6 +52,11 @@ def job_slot(job_id: str) -> int:
     if job_id.isascii() and job_id.isdigit():
         return int(job_id) % SLOTS
     return zlib.crc32(job_id.encode("utf-8", "surrogatepass")) % SLOTS
+
+
+def index_bucket(job_id: str) -> str:
+    """The ``bucket`` tag of the job's index points: readers compute it from the job id."""
+    return f"{job_slot(job_id) % INDEX_BUCKETS:03d}"
 
 
 def stored_points(points: Sequence[Point], job: JobContext) -> list[Point]:
@@ -102,9 +114,9 @@ def _fields_key(point: Point) -> tuple:
 
 def index_point(points: Sequence[Point], job: JobContext) -> Point | None:
     """Where the job's points lie: ``first`` and ``last`` stamp (ns), how many, which
-    measurements. One per run: a node that reads only its own inputs writes its own,
-    stamped a little before its first point (by its name's CRC) so that no two nodes' index
-    points of one job fall on the same time."""
+    measurements, the job id (and the node: ``host``, for a node that reads only its own
+    inputs, which writes its own). Stamped at the second of the first point, the job's slot
+    and the node's place in the job's node list (past SLOT_WIDTH nodes, in later seconds)."""
     times = [p.time_ns for p in points if p.time_ns is not None]
     if not times:
         return None
@@ -119,5 +131,12 @@ def index_point(points: Sequence[Point], job: JobContext) -> Point | None:
         value = next((p.tags[key] for p in points if p.tags.get(key)), None)
         if value:
             fields[key] = value
-    shift = zlib.crc32(job.node.encode()) % NS_PER_SECOND + 1 if job.node else 0
-    return Point(INDEX, job.base_tags(), fields, first - shift)
+    fields["jobid"] = job.job_id
+    if job.node:
+        fields["host"] = job.node
+    tags = {k: v for k, v in job.base_tags().items() if k != "jobid"}
+    tags["bucket"] = index_bucket(job.job_id)
+    carried, place = divmod(job.node_position, SLOT_WIDTH)
+    second = first // NS_PER_SECOND + carried
+    stamp = second * NS_PER_SECOND + job_slot(job.job_id) * SLOT_WIDTH + place
+    return Point(INDEX, tags, fields, stamp)

@@ -19,6 +19,7 @@ class JobContext:
     user: str | None = None
     app: str | None = None  # --app / the epilog's app:; else the Darshan executable (app.py)
     node: str | None = None  # a node that reads only its own inputs (not the job's first)
+    node_position: int = 0  # that node's place in the job's node list (the first node: 0)
 
     def base_tags(self) -> dict[str, str]:
         """Tags every point of this job carries (``jobid``, and ``cluster`` when configured)."""

@@ -6,14 +6,16 @@ what Slurm would set is refused, never used: the values end up in tags and file 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import pwd
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from hpcmon.common.jobid import slurm_job_id, slurm_job_id_problem, user_name_problem
 
+MAX_NODES = 1_000_000  # hosts of a node list read at most (Slurm's largest clusters: ~10^5)
 MAX_JOB_NAME = 200  # Slurm's own limit is 1024; a name is the user's text: cut, never refused
 
 
@@ -192,6 +194,63 @@ def first_node(nodelist: str) -> str | None:
         return None
     host = _BRACKET.sub(lambda m: re.split(r"[,-]", m.group(1), maxsplit=1)[0], head)
     return host if SLURM_NAME.fullmatch(host) else None
+
+
+def node_position(nodelist: str, node: str) -> int | None:
+    """Where ``node`` stands in the job's node list as ``scontrol show hostnames`` expands it
+    (``n[1-3]``, ``n3`` -> 2; the first bracket of a name varies slowest, zero padding as the
+    range's first number writes it); None when the list is malformed or lacks the node."""
+    position = 0
+    for item in _top_level_items(nodelist):
+        hosts = _expanded(item)
+        if hosts is None:
+            return None
+        for host in hosts:
+            if host == node:
+                return position
+            position += 1
+            if position >= MAX_NODES:
+                return None  # no cluster has that many: a hostile list, not read to its end
+    return None
+
+
+def _top_level_items(nodelist: str) -> list[str]:
+    """``a[1-2],b`` -> ``a[1-2]``, ``b``: the commas outside brackets separate names."""
+    items, depth, start = [], 0, 0
+    for index, char in enumerate(nodelist):
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            items.append(nodelist[start:index])
+            start = index + 1
+    items.append(nodelist[start:])
+    return items
+
+
+def _expanded(item: str) -> Iterator[str] | None:
+    """The hosts of one bracketed name, lazily; None when it is not one."""
+    parts = re.split(r"(\[[^\[\]]*\])", item)  # literals at even places, brackets at odd
+    choices: list[list[str]] = []
+    for index, part in enumerate(parts):
+        if index % 2 == 0:
+            if "[" in part or "]" in part:
+                return None
+            choices.append([part])
+            continue
+        numbers = []
+        for piece in part[1:-1].split(","):
+            low, dash, high = piece.partition("-")
+            if not low.isdigit() or (dash and not high.isdigit()):
+                return None
+            first, last = int(low), int(high) if dash else int(low)
+            if last < first or last - first >= MAX_NODES:
+                return None
+            numbers.append((first, last, len(low)))
+        choices.append(
+            [f"{n:0{width}d}" for first, last, width in numbers for n in range(first, last + 1)]
+        )
+    if not _NAME.fullmatch("".join(c[0] for c in choices)):
+        return None
+    return ("".join(host) for host in itertools.product(*choices))
 
 
 def reads_job_inputs(node: SlurmNode) -> bool:

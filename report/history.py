@@ -18,7 +18,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from hpcmon.common.fields import finite_field
-from hpcmon.post_job.layout import INDEX, NS_PER_SECOND
+from hpcmon.post_job.layout import INDEX, NS_PER_SECOND, index_bucket
 from hpcmon.report.influx import (
     APP_RUN,
     InfluxReadError,
@@ -158,12 +158,15 @@ def _own_runs(settings: InfluxSettings, job_id: str, cluster: str | None) -> lis
 def run_windows(
     settings: InfluxSettings, cluster: str | None, jobs: list[str]
 ) -> dict[str, JobIndex]:
-    """job id -> its index (window, series), from the ``job_index`` series of those jobs
-    (tags: one read)."""
+    """job id -> its index (window, series), from the ``job_index`` points of those jobs, in
+    their buckets (one read)."""
     if not jobs:
         return {}
+    buckets = " OR ".join(
+        f"bucket = {quote_literal(b)}" for b in sorted({index_bucket(job) for job in jobs})
+    )
     either = " OR ".join(f"jobid = {quote_literal(job)}" for job in jobs)
-    where = f"({either})" + (f" AND {_where(cluster=cluster)}" if cluster else "")
+    where = f"({buckets}) AND ({either})" + (f" AND {_where(cluster=cluster)}" if cluster else "")
     rows = query_rows(settings, f"SELECT * FROM {_from(settings, INDEX)} WHERE {where}")
     by_job: dict[str, list[dict]] = {}
     for index in rows.get(INDEX, []):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpcmon.common.influxql import quote_identifier, quote_literal
-from hpcmon.post_job.layout import INDEX
+from hpcmon.post_job.layout import INDEX, index_bucket
 from hpcmon.report.http import ReadError, read_json
 
 MEASUREMENTS = (
@@ -92,8 +92,10 @@ def source(measurement: str, rp: str | None) -> str:
 
 
 def index_query(job_id: str, cluster: str | None, rp: str | None) -> str:
-    """The job's ``job_index`` points: ``jobid`` and ``cluster`` are that series' tags."""
-    return f"SELECT * FROM {source(INDEX, rp)} WHERE {job_where(job_id, cluster)}"
+    """The job's ``job_index`` points, in the job's bucket (a tag: one series of the index's
+    thousand a cluster and shard)."""
+    bucket = f"{quote_identifier('bucket')} = {quote_literal(index_bucket(job_id))}"
+    return f"SELECT * FROM {source(INDEX, rp)} WHERE {bucket} AND {job_where(job_id, cluster)}"
 
 
 def job_queries(

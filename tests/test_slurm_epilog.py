@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from devtools.slurm import SlurmCluster, run_slurm
-from hpcmon.post_job.slurm import first_node
+from hpcmon.post_job.slurm import first_node, node_position
 from tests import servers
 from tests.post_job.lineprotocol_parse import parse_line
 from tests.test_slurm_cluster import SLURM_TESTS
@@ -394,14 +394,21 @@ def test_an_unanswering_slurmctld_costs_the_timeout(
     )
 )
 def test_the_first_node_is_scontrol_s(cluster: SlurmCluster, hosts) -> None:
-    """The hook's first host of a node list equals the first of `scontrol show hostnames`."""
+    """The hook's first host of a node list equals the first of `scontrol show hostnames`,
+    and each host's place in it is the one the hook finds (its index point's stamp); names
+    with two brackets included (`r[1-2]-n[3,5]`)."""
     parts = []
     for prefix, low, span, width in hosts:
         high = low + span
-        parts.append(f"{prefix}[{low:0{width}d}-{high:0{width}d}]" if span else f"{prefix}{low}")
+        numbers = f"[{low:0{width}d}-{high:0{width}d}]" if span else f"{low}"
+        inner = f"-n[{low % 3},{low % 3 + 2}]" if prefix == "r1-c" else ""
+        parts.append(f"{prefix}{numbers}{inner}")
     nodelist = ",".join(parts)
     shown = cluster.run(["scontrol", "show", "hostnames", nodelist]).stdout.split()
     assert first_node(nodelist) == shown[0]
+    for place, host in enumerate(shown):
+        if host not in shown[:place]:  # a host listed twice stands at its first place
+            assert node_position(nodelist, host) == place, (nodelist, host)
 
 
 def test_the_node_exporter_names_the_running_job_from_slurm_s_cgroups(

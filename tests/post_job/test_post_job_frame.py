@@ -255,8 +255,8 @@ def test_points_to_stdout_with_base_tags(json_source: Path, capsys) -> None:
     assert out == (
         'demo,cluster=alpha,host=n1 jobid="55",n=3i,v=1.5 550000\n'
         'demo,cluster=alpha jobid="55",s="a b" 550000\n'
-        'job_index,cluster=alpha,jobid=55 first=550000i,last=550000i,measurements="demo",'
-        "points=2i 550000\n"
+        'job_index,bucket=055,cluster=alpha first=550000i,jobid="55",last=550000i,'
+        'measurements="demo",points=2i 550000\n'
     )
 
 
@@ -292,7 +292,8 @@ def test_missing_or_broken_source_costs_only_itself(
     assert status == 1
     assert captured.out == (
         'ok jobid="9",v=1i 90000\n'
-        'job_index,jobid=9 first=90000i,last=90000i,measurements="ok",points=1i 90000\n'
+        'job_index,bucket=009 first=90000i,jobid="9",last=90000i,measurements="ok",'
+        "points=1i 90000\n"
     )
     assert (
         "darshan: source not available: frame_broken_at_import cannot be imported: "

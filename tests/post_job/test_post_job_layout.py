@@ -1,6 +1,7 @@
-"""Issue 31: the stored layout. A job's points add one series (job_index); every other series
-is bounded by cluster, user, app, module and the like; no two points of one job or of two
-jobs overwrite each other; the same points are always stamped the same way."""
+"""Issue 31: the stored layout. A job's points add no series: job_index has a thousand a
+cluster (the job's bucket), every other series is bounded by cluster, user, app, module and
+the like; no two points of one job or of two jobs overwrite each other, index points
+included; the same points are always stamped the same way."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from hpcmon.post_job.darshan import collect_darshan
 from hpcmon.post_job.layout import (
     INDEX,
+    INDEX_BUCKETS,
     NS_PER_SECOND,
     PER_JOB_TAGS,
     SLOT_WIDTH,
@@ -60,7 +62,7 @@ def test_two_logs_of_a_job_and_two_jobs_started_in_the_same_second_keep_every_po
     keys = [key(p) for p in stored]
     assert len(keys) == len(set(keys))
     index = [p for p in stored if p.measurement == INDEX]
-    assert sorted(p.tags["jobid"] for p in index) == ["100", "101"]
+    assert sorted(p.fields["jobid"] for p in index) == ["100", "101"]
 
 
 def test_a_rerun_stamps_the_same_points_whatever_their_order() -> None:
@@ -84,7 +86,23 @@ def test_series_are_bounded_by_user_and_app_not_by_jobs() -> None:
         if p.measurement != INDEX
     }
     assert data == one_job  # 60 jobs, the series of one
-    assert len(series - data) == 60  # ... plus one index series per job
+
+
+def test_the_index_has_a_bounded_number_of_series() -> None:
+    """5,000 jobs' index points (Slurm's ids and others) lie in at most INDEX_BUCKETS series
+    a cluster, and a job's bucket is its slot's: what readers compute from the job id."""
+    series = set()
+    for job_id in [*map(str, range(10_000, 12_500)), *(f"job-{n}.x" for n in range(2_500))]:
+        job = JobContext(job_id, "c1")
+        [index] = [
+            p
+            for p in stored_points([Point("m", {}, {"v": 1}, 10**18)], job)
+            if p.measurement == INDEX
+        ]
+        assert index.fields["jobid"] == job_id and "jobid" not in index.tags
+        assert int(index.tags["bucket"]) == job_slot(job_id) % INDEX_BUCKETS
+        series.add(tuple(sorted(index.tags.items())))
+    assert 900 <= len(series) <= INDEX_BUCKETS
 
 
 def test_the_index_says_where_the_job_s_points_are() -> None:
@@ -92,14 +110,17 @@ def test_the_index_says_where_the_job_s_points_are() -> None:
     stored = stored_points(darshan_points(job), job)
     [index] = [p for p in stored if p.measurement == INDEX]
     times = [p.time_ns for p in stored if p.measurement != INDEX]
-    assert index.tags == {"jobid": "4711", "cluster": "c1"}
+    assert index.tags == {"cluster": "c1", "bucket": "711"}
+    assert index.fields["jobid"] == "4711" and "host" not in index.fields
     assert (index.fields["first"], index.fields["last"]) == (min(times), max(times))
     assert index.fields["points"] == len(times)
     assert index.fields["user"] == "alice" and index.fields["app"] == "ior"
-    # another node of the job stamps its index point apart
-    other = stored_points(darshan_points(job), JobContext("4711", "c1", node="n2"))
-    [index2] = [p for p in other if p.measurement == INDEX]
-    assert index2.time_ns != index.time_ns and index2.fields["first"] == index.fields["first"]
+    assert index.time_ns == index.fields["first"]  # place 0 of the job's slot: the first node
+    # another node of the job (the second of its list) stamps its index point at its place
+    node = JobContext("4711", "c1", node="n2", node_position=1)
+    [index2] = [p for p in stored_points(darshan_points(node), node) if p.measurement == INDEX]
+    assert index2.tags == index.tags and index2.fields["host"] == "n2"
+    assert index2.time_ns == index.time_ns + 1 and index2.fields["first"] == index.fields["first"]
 
 
 points = st.lists(
@@ -123,8 +144,25 @@ def test_two_jobs_never_overwrite_each_other(a, b, id_a, id_b) -> None:
     own = [key(p) for p in stored_a]
     assert len(own) == len(set(own))
     if job_slot(str(id_a)) != job_slot(str(id_b)):
-        both = [key(p) for p in stored_a + stored_b if p.measurement != INDEX]
+        both = [key(p) for p in stored_a + stored_b]  # index points too: they share buckets
         assert len(both) == len(set(both))
+
+
+@given(points, st.integers(0, 10**12), st.lists(st.integers(0, 3 * SLOT_WIDTH), unique=True))
+def test_the_nodes_of_a_job_never_overwrite_each_other_s_index(some, job_id, places) -> None:
+    """Each node of a job (its place in the node list; past SLOT_WIDTH in later seconds)
+    writes its own index point, whichever second its own points start in."""
+    stamps = []
+    for place in places:
+        job = JobContext(
+            str(job_id), "c1", node=f"n{place}" if place else None, node_position=place
+        )
+        moved = [
+            Point(p.measurement, p.tags, p.fields, p.time_ns + place % 2 * NS_PER_SECOND)
+            for p in some
+        ]
+        stamps += [p.time_ns for p in stored_points(moved, job) if p.measurement == INDEX]
+    assert len(stamps) == len(set(stamps))
 
 
 def test_past_a_slot_s_width_the_places_go_on_without_landing_on_the_next_second() -> None:

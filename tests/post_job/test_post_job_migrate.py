@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcmon.post_job.layout import INDEX, PER_JOB_TAGS
+from hpcmon.post_job.layout import INDEX, PER_JOB_TAGS, index_bucket
 from hpcmon.post_job.migrate import MEASUREMENTS
 from tests import servers
 
@@ -148,7 +148,7 @@ def reference(influxdb1: servers.InfluxDB1, tmp_path_factory: pytest.TempPathFac
 def assert_migrated(server: servers.InfluxDB1, db: str, reference: set[tuple]) -> None:
     keys = series_keys(server, db)
     data_keys = [k for k in keys if not k.startswith(INDEX + ",")]
-    assert data_keys and not [k for k in data_keys if re.search(r",jobid=", k)]
+    assert data_keys and not [k for k in keys if re.search(r",jobid=", k)]
     for measurement in MEASUREMENTS:
         # plain SHOW TAG KEYS still names the tag keys of dropped series on 1.6.7's TSI index
         keys_left = server.series(
@@ -156,7 +156,7 @@ def assert_migrated(server: servers.InfluxDB1, db: str, reference: set[tuple]) -
         )
         assert keys_left == [], measurement
     index = sorted(k for k in keys if k.startswith(INDEX + ","))
-    assert index == [f"{INDEX},cluster=demo,jobid={job}" for job in sorted(JOBS)]
+    assert index == sorted({f"{INDEX},bucket={index_bucket(job)},cluster=demo" for job in JOBS})
     stored = dump(server, db)
     assert stored == reference
     for job in JOBS:  # every job complete, the two same-second jobs included
@@ -164,7 +164,7 @@ def assert_migrated(server: servers.InfluxDB1, db: str, reference: set[tuple]) -
         assert mine == {p for p in reference if ("jobid", "string", job) in p[2]}
         assert mine
     for name, tags, _, _ in stored:
-        assert name == INDEX or not {k for k, _ in tags} & set(PER_JOB_TAGS), name
+        assert not {k for k, _ in tags} & set(PER_JOB_TAGS), name
 
 
 def test_migrates_the_old_layout_to_what_the_hook_now_writes(

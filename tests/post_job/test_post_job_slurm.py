@@ -19,6 +19,7 @@ from hpcmon.post_job.slurm import (
     SlurmJob,
     first_node,
     job_exit,
+    node_position,
     reads_job_inputs,
     slurm_job,
     slurm_node,
@@ -98,6 +99,30 @@ def test_exit_status_and_signal_from_the_epilog(name: str, code: int, signal: in
 )
 def test_first_node(nodelist: str, first: str | None) -> None:
     assert first_node(nodelist) == first
+
+
+@pytest.mark.parametrize(
+    ("nodelist", "node", "place"),
+    [
+        ("n1", "n1", 0),
+        ("n[1-3]", "n3", 2),
+        ("n[07-12],m3", "m3", 6),
+        ("n[07-12],m3", "n10", 3),
+        ("r[2-3]-n[1,5-6]", "r3-n1", 3),
+        ("gpu[3,1]", "gpu1", 1),
+        ("a,b[1-2]", "b2", 2),
+        ("n[1-2]", "n3", None),  # not in the list
+        ("n[1-2", "n1", None),  # malformed
+        ("n[2-1]", "n1", None),
+        ("n[1-x]", "n1", None),
+        ("", "n1", None),
+        ("n[0-99999999999999]", "m1", None),  # hostile: not read to its end
+        ("n[0-999],m[0-999],k[0-999]", "k999", 2999),
+    ],
+)
+def test_node_position(nodelist: str, node: str, place: int | None) -> None:
+    """A node's place in its job's node list (the real scontrol agrees: test_slurm_epilog)."""
+    assert node_position(nodelist, node) == place
 
 
 @given(st.text(max_size=60))

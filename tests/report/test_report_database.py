@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcmon.post_job.layout import INDEX, PER_JOB_TAGS, PER_JOB_TAGS_OF
+from hpcmon.post_job.layout import INDEX, PER_JOB_TAGS, PER_JOB_TAGS_OF, index_bucket
 from tests.report.report_database import (
     DATABASE,
     from_database,
@@ -107,7 +107,7 @@ def test_html_from_the_database_has_the_pictures_of_the_log(
 
 
 def job_series(influx, job: str) -> int:
-    """The series holding the job's points: its job_index series, and those of its data
+    """The series holding the job's points: its job_index bucket's series, and those of its data
     within its window (``jobid`` is a field there, post_job/layout.py)."""
     window = influx.series(
         f'SELECT min("first"), max("last") FROM "{INDEX}" WHERE "jobid" = \'{job}\'', DATABASE
@@ -124,7 +124,7 @@ def job_series(influx, job: str) -> int:
 @pytest.mark.integration
 def test_series_per_log_within_the_budget(written) -> None:
     """The series a log's job writes to, on the real database, whatever its ranks and
-    records; none of them carries a per-job tag but the job's own job_index series."""
+    records; none of them carries a per-job tag."""
     counts = {log.name: job_series(written, job_id(log)) for log in ALL_LOGS}
     for log in LARGEST:
         assert 1 < counts[log.name] <= SERIES_BUDGET, counts
@@ -138,9 +138,12 @@ def test_series_per_log_within_the_budget(written) -> None:
         DATABASE,
     )
     assert rows[0]["values"][0][1] > 700
-    for log in ALL_LOGS:  # one index series per job
+    for log in ALL_LOGS:  # one index point per job, in its bucket's series
+        job = job_id(log)
         index = written.series(
-            f'SHOW SERIES FROM "{INDEX}" WHERE "jobid" = \'{job_id(log)}\'', DATABASE
+            f'SELECT * FROM "{INDEX}" WHERE "bucket" = \'{index_bucket(job)}\' '
+            f"AND \"jobid\" = '{job}'",
+            DATABASE,
         )
         assert len(index[0]["values"]) == 1, log.name
     for measurement in {

@@ -15,6 +15,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from hpcmon.post_job.layout import index_bucket
 from hpcmon.report import cli
 from tests.influx_site import POLICY, create_site_database
 
@@ -210,10 +211,10 @@ def test_text_and_html_show_the_table_and_chart(written, tmp_path) -> None:
 def test_a_job_without_app_run_point_says_why(written, tmp_path) -> None:
     """A job the hook wrote without an app (the stored layout: jobid a field, and its index)."""
     lines = (
-        b'darshan_job jobid="old",nprocs=4i,total_bytes_written=1i 1500000000000000000\n'
-        b"job_index,jobid=old first=1500000000000000000i,last=1500000000000000000i"
-        b" 1500000000000000000"
-    )
+        'darshan_job jobid="old",nprocs=4i,total_bytes_written=1i 1500000000000000000\n'
+        f'job_index,bucket={index_bucket("old")} first=1500000000000000000i,jobid="old",'
+        "last=1500000000000000000i 1500000000000000000"
+    ).encode()
     request = urllib.request.Request(
         f"{written.url}/write?db={SITE_DATABASE}&rp={POLICY}", data=lines
     )

@@ -17,7 +17,13 @@ import pytest
 from hpcmon.post_job.app import identify
 from hpcmon.post_job.cli import main as post_job_main
 from hpcmon.post_job.darshan import collect_darshan
-from hpcmon.post_job.layout import INDEX, PER_JOB_TAGS, PER_JOB_TAGS_OF, stored_points
+from hpcmon.post_job.layout import (
+    INDEX,
+    PER_JOB_TAGS,
+    PER_JOB_TAGS_OF,
+    index_bucket,
+    stored_points,
+)
 from hpcmon.post_job.model import JobContext
 from hpcmon.report import influx as influx_module
 from hpcmon.report.api import Sources, collect
@@ -69,14 +75,17 @@ def expected_points(job: str) -> list:
     return stored_points(identify(output.points, context), context)
 
 
-def test_the_second_job_adds_only_its_index_series(written) -> None:
+def test_the_second_job_adds_only_its_index_bucket_s_series(written) -> None:
+    """The second job adds no series but its index bucket's, which the first job's (another
+    bucket) had not made: no series is any job's own."""
     influx, after_first, after_both = written
-    assert after_both - after_first == {f"{INDEX},cluster={CLUSTER},jobid={JOBS[1]}"}
+    assert index_bucket(JOBS[0]) != index_bucket(JOBS[1])
+    assert after_both - after_first == {f"{INDEX},bucket={index_bucket(JOBS[1])},cluster={CLUSTER}"}
     for key in after_both:
         measurement, _, tags = key.partition(",")
         names = {pair.split("=", 1)[0] for pair in tags.split(",")}
         if measurement == INDEX:
-            assert names == {"cluster", "jobid"}, key
+            assert names == {"bucket", "cluster"}, key
         else:  # no per-job tag on any data series
             per_job = {*PER_JOB_TAGS, *PER_JOB_TAGS_OF.get(measurement, ())}
             assert not names & per_job, key
@@ -149,7 +158,8 @@ def test_history_reads_each_run_within_its_own_window(written) -> None:
 
 def test_the_report_reads_the_index_then_bounded_series(written, monkeypatch) -> None:
     """No statement of the report filters on jobid without the job's time window, except
-    the job_index series' (whose tag it is); the earlier runs are read from the app's series."""
+    the one that finds its window, in its job_index bucket; the earlier runs are read from
+    the app's series."""
     influx = written[0]
     sent: list[str] = []
     request = influx_module._request
@@ -161,7 +171,10 @@ def test_the_report_reads_the_index_then_bounded_series(written, monkeypatch) ->
     monkeypatch.setattr(influx_module, "_request", recording)
     job = collect(JOBS[1], CLUSTER, Sources(influx=settings(influx)))
     assert job.darshan is not None and job.history is not None
-    assert sent[0].startswith(f'SELECT * FROM "{INDEX}" WHERE "jobid" = \'{JOBS[1]}\'')
+    bucket = index_bucket(JOBS[1])
+    assert sent[0].startswith(
+        f'SELECT * FROM "{INDEX}" WHERE "bucket" = \'{bucket}\' AND "jobid" = \'{JOBS[1]}\''
+    )
     for statement in sent:
         measurement = re.search(r'FROM "([^"]+)"', statement).group(1)
         if measurement == INDEX:
