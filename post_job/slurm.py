@@ -248,7 +248,7 @@ def _expanded(item: str) -> Iterator[str] | None:
         choices.append(
             [f"{n:0{width}d}" for first, last, width in numbers for n in range(first, last + 1)]
         )
-    if not _NAME.fullmatch("".join(c[0] for c in choices)):
+    if not SLURM_NAME.fullmatch("".join(c[0] for c in choices)):
         return None
     return ("".join(host) for host in itertools.product(*choices))
 
