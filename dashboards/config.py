@@ -46,6 +46,7 @@ class Thresholds:
     jobstats_down_for: str = "5m"
     collector_failing_for: str = "10m"
     geopm_down_for: str = "10m"
+    slurm_down_for: str = "10m"  # Slurm's job list not read (squeue failing): names missing
     postjob_backlog_age_seconds: float = 3600  # a node's oldest undelivered post-job line
     postjob_backlog_for: str = "15m"
 

@@ -55,6 +55,7 @@ ALERT_NAMES = (
     "LustreJobstatsDown",
     "HpcmonCollectorFailing",
     "GeopmDown",
+    "SlurmJobListDown",
     "HpcmonPostJobBacklog",
 )
 
@@ -309,6 +310,21 @@ def alert_rules(config: Config) -> list[dict[str, Any]]:
                     "job energy for that node is missing."
                 ),
                 "dashboard": overview_link(t.geopm_down_for, instance="$labels.instance"),
+            },
+        },
+        {
+            "alert": "SlurmJobListDown",
+            "expr": f"{m.SLURM_UP} == 0",
+            "for": t.slurm_down_for,
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "Slurm's job list not read on {{ $labels.instance }}",
+                "description": (
+                    "squeue fails or hangs on {{ $labels.instance }} (see the exporter's log): "
+                    "its job alerts and dashboards show job ids without user, account and job "
+                    "name while no other host reads Slurm's list."
+                ),
+                "dashboard": overview_link(t.slurm_down_for, instance="$labels.instance"),
             },
         },
         {

@@ -47,7 +47,8 @@ LIVE_CONFIG = {
     },
 }
 # Health alerts that need a failure the live site does not have.
-NEEDS_A_FAULT = {"HpcmonCollectorFailing"}  # a collector raising: covered by promtool tests
+# a collector raising, squeue failing: covered by promtool tests
+NEEDS_A_FAULT = {"HpcmonCollectorFailing", "SlurmJobListDown"}
 PROMETHEUS_OWN = {"up", "ALERTS", "scrape_duration_seconds"}
 # Exported only where the hardware has them (no GPU on the test node).
 HARDWARE_DEPENDENT = {metric_names.GPU_ENERGY}
