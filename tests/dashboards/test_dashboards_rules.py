@@ -79,6 +79,17 @@ def _link(uid: str, query: str, start: int, lookback: int) -> str:
     )
 
 
+def _samples(record: str, *expected: tuple[str, float]) -> dict:
+    """A promtool promql_expr_test: the recorded series' samples at 10 min."""
+    return {
+        "expr": record,
+        "eval_time": "10m",
+        "exp_samples": [
+            {"labels": f"{record}{{{labels}}}", "value": value} for labels, value in expected
+        ],
+    }
+
+
 def _run(tmp_path: Path, config: dashboards_config.Config, tests: list[dict]) -> None:
     files = _write_rules(tmp_path, config)
     unit = {"rule_files": files, "evaluation_interval": "1m", "tests": tests}
@@ -588,37 +599,28 @@ def test_longterm_rules_keep_jobs_and_targets_apart(tmp_path: Path) -> None:
         )
     series.add(rules.JOB_BYTES, f'jobid="a", {direction}', [10 * i for i in range(21)])
 
-    def samples(record: str, *expected: tuple[str, float]) -> dict:
-        return {
-            "expr": record,
-            "eval_time": "10m",
-            "exp_samples": [
-                {"labels": f"{record}{{{labels}}}", "value": value} for labels, value in expected
-            ],
-        }
-
     tests = [
         {
             "interval": "1m",
             "input_series": series.items,
             "promql_expr_test": [
-                samples(
+                _samples(
                     "hpcmon:lustre_target_top_job_share:max5m",
                     (f'component="ost", target="t0", {direction}', 0.75),
                     (f'component="ost", target="t1", {direction}', 1),
                 ),
-                samples("hpcmon:lustre_job_targets:count5m", ('jobid="a"', 2), ('jobid="b"', 1)),
-                samples(
+                _samples("hpcmon:lustre_job_targets:count5m", ('jobid="a"', 2), ('jobid="b"', 1)),
+                _samples(
                     "hpcmon:lustre_target_jobs:count5m",
                     ('component="ost", target="t0"', 2),
                     ('component="ost", target="t1"', 1),
                 ),
-                samples(
+                _samples(
                     "hpcmon:lustre_job_component_bytes:avg5m",
                     (f'jobid="a", component="ost", {direction}', 350),
                     (f'jobid="b", component="ost", {direction}', 100),
                 ),
-                samples("hpcmon:lustre_job_bytes:avg5m", (f'jobid="a", {direction}', 75)),
+                _samples("hpcmon:lustre_job_bytes:avg5m", (f'jobid="a", {direction}', 75)),
             ],
         }
     ]
@@ -799,15 +801,6 @@ def test_user_and_account_sums_are_their_jobs_sums(tmp_path: Path, join: str) ->
     for node, jobid in (("a", "4242"), ("a", "4245"), ("b", "4245"), ("c", "4246"), ("c", "4243")):
         series.add("hpc_node_job_info", f'instance="{node}:19325", jobid="{jobid}"', [1] * 21)
 
-    def samples(record: str, *expected: tuple[str, float]) -> dict:
-        return {
-            "expr": record,
-            "eval_time": "10m",
-            "exp_samples": [
-                {"labels": f"{record}{{{labels}}}", "value": value} for labels, value in expected
-            ],
-        }
-
     write, read = 'direction="write"', 'direction="read"'
     for_bytes = {
         "user": [(f'user="alice", {write}', 120 * MIB), (f'user="alice", {read}', 10 * MIB),
@@ -827,11 +820,11 @@ def test_user_and_account_sums_are_their_jobs_sums(tmp_path: Path, join: str) ->
     checks = []
     for owner in ("user", "account"):
         checks += [
-            samples(f"hpcmon:lustre_{owner}_bytes:rate5m", *for_bytes[owner]),
-            samples(f"hpcmon:lustre_{owner}_bytes:avg5m", *for_bytes[owner]),
-            samples(f"hpcmon:lustre_{owner}_metadata_ops:rate5m", *for_metadata[owner]),
-            samples(f"hpcmon:lustre_{owner}_metadata_ops:avg5m", *for_metadata[owner]),
-            samples(f"hpcmon:{owner}_power_watts:avg5m", *for_power[owner]),
+            _samples(f"hpcmon:lustre_{owner}_bytes:rate5m", *for_bytes[owner]),
+            _samples(f"hpcmon:lustre_{owner}_bytes:avg5m", *for_bytes[owner]),
+            _samples(f"hpcmon:lustre_{owner}_metadata_ops:rate5m", *for_metadata[owner]),
+            _samples(f"hpcmon:lustre_{owner}_metadata_ops:avg5m", *for_metadata[owner]),
+            _samples(f"hpcmon:{owner}_power_watts:avg5m", *for_power[owner]),
         ]
     tests = [{"interval": "1m", "input_series": series.items, "promql_expr_test": checks}]
     config = SLURM_JOB_CONFIG if join == "slurm_job" else dashboards_config.Config()
