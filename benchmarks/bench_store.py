@@ -14,7 +14,7 @@ epilog writes for every job (hpcmon.post_job.slurm_points; 1 job in 20 failed).
   with ``main``) and runs ITS hook (``python -m hpcmon.post_job --darshan LOG``, line protocol
   on standard output) with a PYTHONPATH holding an ``hpcmon`` package of symlinks into the
   worktree, laid out as pyproject.toml's package-dir maps it; no virtualenv of its own.
-- the new layout: the same points through this tree's ``layout.stored_points`` with the
+- the new layout: the same points through this tree's ``migrate.migrated_points`` with the
   job's context, i.e. what a migration of the old layout does. Checked once per log against
   this tree's own hook on the same log (the lines must be the same set).
 
@@ -180,14 +180,14 @@ class Jobs:
     """Job k's points in either layout (templates from the base's hook)."""
 
     def __init__(self, templates: dict[str, list]) -> None:
-        from hpcmon.post_job.layout import stored_points
+        from hpcmon.post_job.migrate import migrated_points
         from hpcmon.post_job.model import JobContext
         from hpcmon.post_job.points import Point
         from hpcmon.post_job.slurm import SlurmJob
         from hpcmon.post_job.slurm_points import slurm_job_point
 
         self.Point, self.JobContext, self.SlurmJob = Point, JobContext, SlurmJob
-        self.slurm_job_point, self.stored_points = slurm_job_point, stored_points
+        self.slurm_job_point, self.migrated_points = slurm_job_point, migrated_points
         self.encoder = Encoder()
         self.templates = [templates[name] for name in LOGS]
         self.first_second = [
@@ -247,7 +247,7 @@ class Jobs:
         if layout == "new":
             user, app, _ = self.identity(k)
             context = self.JobContext(self.job_id(k), CLUSTER, user, app)
-            points = self.stored_points(points, context)
+            points = self.migrated_points(points, context)
         lines = [line for line in map(self.encoder.line, points) if line]
         if check:  # the cached encoder gives Point.to_line()'s lines
             assert lines == [line for line in (p.to_line() for p in points) if line], k
@@ -310,8 +310,8 @@ def parse_points(lines: list[str]) -> list:
 
 def templates_and_check(base_env: dict[str, str], new_env: dict[str, str]) -> tuple[dict, dict]:
     """Today's points per log (the base's hook), and per log whether this tree's hook gives
-    exactly stored_points() of them (the migration the new layout is measured as)."""
-    from hpcmon.post_job.layout import stored_points
+    exactly migrated_points() of them (the migration the new layout is measured as)."""
+    from hpcmon.post_job.migrate import migrated_points
     from hpcmon.post_job.model import JobContext
 
     templates, checks = {}, {}
@@ -320,7 +320,7 @@ def templates_and_check(base_env: dict[str, str], new_env: dict[str, str]) -> tu
         old = hook_lines(base_env, LOG_DIR / name)
         new = hook_lines(new_env, LOG_DIR / name)
         templates[name] = parse_points(old)
-        migrated = {p.to_line() for p in stored_points(parse_points(old), context)}
+        migrated = {p.to_line() for p in migrated_points(parse_points(old), context)}
         checks[name] = {
             "old_lines": len(old),
             "new_lines": len(new),
@@ -843,7 +843,7 @@ def main(argv: list[str]) -> int:
             for name, check in checks.items():
                 print(
                     f"  {name[:44]:<44} {check['old_lines']:>3} lines old, "
-                    f"{check['new_lines']:>3} new; stored_points(old) == this tree's hook: "
+                    f"{check['new_lines']:>3} new; migrated_points(old) == this tree's hook: "
                     f"{check['same_as_this_hook']}"
                 )
             jobs = Jobs(templates)

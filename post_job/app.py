@@ -18,6 +18,8 @@ from collections.abc import Iterable, Sequence
 
 from hpcmon.common.config import ConfigError
 from hpcmon.common.fields import finite_field
+from hpcmon.post_job.darshan.diagnosis import JOB_TAG
+from hpcmon.post_job.darshan.diagnosis import MEASUREMENT as DIAGNOSIS
 from hpcmon.post_job.model import JobContext
 from hpcmon.post_job.points import Point
 from hpcmon.post_job.slurm import SlurmJob
@@ -116,9 +118,33 @@ def run_point(points: Sequence[Point], tags: dict[str, str]) -> Point | None:
         if not jobs:
             runtimes = [finite_field(p.fields, "runtime_seconds") for p in energy]
             fields["runtime"] = max((r for r in runtimes if r is not None), default=0.0)
+    score = io_score(points)
+    if score is not None:
+        fields["io_score"] = score
     start = min(p.time_ns for p in stamped if p.time_ns is not None)
     fields["start_time"] = start / 1e9
     return Point(APP_RUN, dict(tags), fields, start)
+
+
+def io_score(points: Iterable[Point]) -> float | None:
+    """The job's I/O score from its diagnosis point (``insight=job``), kept in ``app_run`` too
+    so the history reads a run's figures from one row instead of finding each run's
+    diagnosis through the job index (report/history.py)."""
+    for point in points:
+        if point.measurement == DIAGNOSIS and point.tags.get("insight") == JOB_TAG:
+            return finite_field(point.fields, "score")
+    return None
+
+
+def with_io_score(points: list[Point]) -> list[Point]:
+    """``points`` (one job's), their ``app_run`` points given the job's ``io_score`` where they
+    lack it: the migration of points an older hook wrote (post_job/migrate.py)."""
+    score = io_score(points)
+    if score is not None:
+        for point in points:
+            if point.measurement == APP_RUN and "io_score" not in point.fields:
+                point.fields["io_score"] = score
+    return points
 
 
 def _metadata_share(points: Iterable[Point]) -> float | None:

@@ -6,7 +6,8 @@ The old layout kept ``jobid``, ``log``, ``trace``, ``file``, ``rank`` (and a Viz
 migration reads all its old points back (``WHERE "jobid"::tag = '<id>'``: once a measurement
 also holds the new ``jobid`` field, a bare ``"jobid"`` means the field), rebuilds the hook's
 points (field types from ``SHOW FIELD KEYS``: InfluxDB's JSON writes a float 2.0 as ``2``),
-applies ``stored_points`` as the hook does, writes them with the hook's writer (batches,
+applies ``migrated_points`` (the hook's ``stored_points``, and the job's ``io_score`` in its
+``app_run`` point as the hook now keeps it), writes them with the hook's writer (batches,
 bisection, the same errors) and, only once InfluxDB acknowledged every line, drops the job's
 old series with ``DROP SERIES`` over the measurements it had (``"jobid"::tag`` again: a bare
 ``"jobid"`` is refused once the field exists), one statement for ``--jobs-per-drop`` such
@@ -42,6 +43,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from hpcmon.common.influxql import quote_identifier, quote_literal
+from hpcmon.post_job.app import with_io_score
 from hpcmon.post_job.delivery import WriterSettings, batches
 from hpcmon.post_job.layout import INDEX, stored_points
 from hpcmon.post_job.lines import points_to_lines
@@ -313,7 +315,7 @@ class Migration:
         return found
 
     def _write(self, job: JobContext, policy: str, points: list[Point]) -> int:
-        stored = stored_points(points, job)
+        stored = migrated_points(points, job)
         lines, problems = points_to_lines(stored)
         if problems:
             raise MigrationError(f"cannot encode its points: {problems[0]}")
@@ -346,6 +348,12 @@ class Migration:
         for _ in self.query.results(statement):
             pass
         log.debug("migrate: dropped %d job(s) in %.3fs", len(job_ids), time.monotonic() - started)
+
+
+def migrated_points(points: list[Point], job: JobContext) -> list[Point]:
+    """One job's points as an older hook wrote them, as this hook writes them: the stored
+    layout (layout.py) and the job's ``io_score`` in its ``app_run`` point (app.py)."""
+    return stored_points(with_io_score(points), job)
 
 
 def _sources(policy: str | None, measurements: Sequence[str]) -> str:

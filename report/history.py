@@ -2,13 +2,14 @@
 
 Small InfluxQL reads, each on tags the index answers directly or within a job's time window
 (post_job/layout.py: ``jobid`` is a field, a job is found through ``job_index``): the job's
-own ``app_run`` point (its app, user and start; read with the job's data, within its window),
-the newest ``--history.runs`` earlier points of that app (and user, with scope ``user``: one
-series), the windows of those jobs from ``job_index``, and their I/O score from
-``job_diagnosis`` within each window when it exists. A figure is flagged when this run is at
-least ``REGRESSION_RATIO`` times, or at most 1/``REGRESSION_RATIO`` of, the earlier runs'
-median, with at least ``MIN_EARLIER_RUNS`` earlier values; a median of 0 flags any non-zero
-value.
+own ``app_run`` point (its app, user and start; read with the job's data, within its window)
+and the newest ``--history.runs`` earlier points of that app (and user, with scope ``user``:
+one series). A run's I/O score is its ``app_run`` point's ``io_score`` (post_job/app.py);
+for a Darshan run written before the hook kept it there, it is read from ``job_diagnosis``
+within the run's window from ``job_index`` (two more requests). A figure is flagged when this
+run is at least ``REGRESSION_RATIO`` times, or at most 1/``REGRESSION_RATIO`` of, the earlier
+runs' median, with at least ``MIN_EARLIER_RUNS`` earlier values; a median of 0 flags any
+non-zero value.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ class AppRun:
     job_id: str
     start: float  # epoch seconds (earliest Darshan log start, else the GEOPM report's)
     figures: dict[str, float | None] = field(default_factory=dict)
+    score_elsewhere: bool = False  # a Darshan run whose app_run has no io_score (older hook)
 
 
 @dataclass
@@ -80,13 +82,14 @@ def run_from_row(row: dict) -> AppRun:
         "bytes_written": finite_field(row, "bytes_written"),
         "operations": None if reads is None and writes is None else (reads or 0) + (writes or 0),
         "metadata_time_share": finite_field(row, "metadata_time_share"),
-        "io_score": None,
+        "io_score": finite_field(row, "io_score"),
         "energy_kwh": None if energy is None else energy / JOULES_PER_KWH,
     }
     start = finite_field(row, "start_time")
     if start is None:
         start = (finite_field(row, "time") or 0.0) / 1e9
-    return AppRun(str(row.get("jobid", "")), start, figures)
+    elsewhere = "io_score" not in row and "logs" in row
+    return AppRun(str(row.get("jobid", "")), start, figures, elsewhere)
 
 
 def _where(**tags: str | None) -> str:
@@ -141,7 +144,9 @@ def read_history(
         f"SELECT * FROM {_from(settings, APP_RUN)} WHERE {where} ORDER BY time DESC LIMIT {runs}",
     ).get(APP_RUN, [])
     history = AppHistory(app, user, scope, current, [run_from_row(r) for r in reversed(earlier)])
-    _add_scores(settings, cluster, [history.current, *history.runs])
+    _add_scores(
+        settings, cluster, [r for r in (history.current, *history.runs) if r.score_elsewhere]
+    )
     return history, None
 
 
@@ -182,6 +187,8 @@ def run_windows(
 def _add_scores(settings: InfluxSettings, cluster: str | None, runs: list[AppRun]) -> None:
     """The I/O score of each run from job_diagnosis (left null where there is none): the
     job's own point (insight=job; the others score one insight each) within its window."""
+    if not runs:
+        return
     windows = run_windows(settings, cluster, sorted({r.job_id for r in runs if r.job_id}))
     statements = [
         f'SELECT "score", "jobid" FROM {_from(settings, DIAGNOSIS)} '

@@ -20,6 +20,7 @@ from hpcmon.post_job.app import (
     app_name_problem,
     darshan_app,
     epilog_app,
+    with_io_score,
 )
 from hpcmon.post_job.epilog import run_epilog
 from hpcmon.post_job.epilog_config import parse_config
@@ -88,6 +89,22 @@ def test_every_point_gets_app_and_user_and_one_app_run(tmp_path: Path) -> None:
     assert run["fields"]["metadata_time_share"] == pytest.approx(
         summary["metadata_time_share"], rel=1e-9
     )
+    [scored] = [p for p in points if p["tags"].get("insight") == "job"]  # job_diagnosis
+    assert run["fields"]["io_score"] == scored["fields"]["score"]
+
+
+def test_io_score_is_given_to_an_app_run_without_one() -> None:
+    """What the migration does to an older hook's points: the job's diagnosis score into its
+    app_run point; a score already there stays; without a diagnosis, none."""
+    tags = {"jobid": "7", "app": "a"}
+    diagnosis = Point("job_diagnosis", {**tags, "insight": "job"}, {"score": 12.5}, 1)
+    other = Point("job_diagnosis", {**tags, "insight": "small-reads"}, {"score": 3.0}, 1)
+    older = Point(APP_RUN, dict(tags), {"bytes_read": 1.0}, 1)
+    kept = Point(APP_RUN, dict(tags), {"io_score": 4.0}, 1)
+    with_io_score([other, older, kept, diagnosis])
+    assert (older.fields["io_score"], kept.fields["io_score"]) == (12.5, 4.0)
+    alone = Point(APP_RUN, dict(tags), {"bytes_read": 1.0}, 1)
+    assert with_io_score([other, alone]) == [other, alone] and "io_score" not in alone.fields
 
 
 def test_app_flag_wins_and_logs_of_two_executables_take_the_one_moving_most(tmp_path) -> None:

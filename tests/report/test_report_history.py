@@ -7,6 +7,7 @@ reads through --influx.retention-policy jobs, a policy that is not the database'
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import urllib.request
@@ -17,6 +18,7 @@ import pytest
 
 from hpcmon.post_job.layout import index_bucket
 from hpcmon.report import cli
+from hpcmon.report import influx as influx_module
 from tests.influx_site import POLICY, create_site_database
 
 pytestmark = pytest.mark.integration
@@ -235,32 +237,87 @@ def diagnosis_scores(influx) -> dict[str, float]:
     return {row["jobid"]: row["score"] for row in sorted(rows, key=lambda row: row["time"])}
 
 
-def drop_diagnosis(influx, job: str) -> None:
-    """Delete the job's job_diagnosis points: those of its window (its job_index), in which
-    no other job of these runs (years apart) has points."""
+def job_window(influx, job: str) -> tuple[int, int]:
+    """The first and last stamp of the job's points (its job_index)."""
     [window] = rows_of(
         influx,
         f'SELECT min("first"), max("last") FROM "{POLICY}"."job_index" WHERE "jobid" = \'{job}\'',
     )
+    return window["min"], window["max"]
+
+
+def drop_diagnosis(influx, job: str) -> None:
+    """Delete the job's job_diagnosis points: those of its window (its job_index), in which
+    no other job of these runs (years apart) has points."""
+    first, last = job_window(influx, job)
     influx.series(  # raises on an error
-        f'DELETE FROM "job_diagnosis" WHERE time >= {window["min"]} AND time <= {window["max"]}',
-        db=SITE_DATABASE,
+        f'DELETE FROM "job_diagnosis" WHERE time >= {first} AND time <= {last}', db=SITE_DATABASE
     )
     assert job not in diagnosis_scores(influx)
 
 
-def test_io_score_from_job_diagnosis_where_known(written, tmp_path) -> None:
-    """The hook's per-job job_diagnosis point (insight=job; the others score one insight each)
-    gives the I/O score; null for a job that has none (dropped here, as for a job written
-    before the hook wrote diagnoses), and that run does not count towards the median."""
+def app_run_as_an_older_hook_wrote_it(influx, job: str) -> None:
+    """The job's app_run point without ``io_score``, as hooks before it was kept there wrote
+    it: the hook's own line for the job (standard output) without that field, in place of
+    the stored point."""
+    user, log, extra = RUNS[job]
+    command = [sys.executable, "-m", "hpcmon.post_job", "--job-id", job, "--user", user,
+               "--darshan", str(log), *extra]  # fmt: skip
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    [line] = [ln for ln in run.stdout.splitlines() if ln.startswith("app_run,")]
+    older = re.sub(r",io_score=[^, ]+", "", line)
+    assert older != line and "io_score" not in older
+    first, last = job_window(influx, job)
+    influx.series(
+        f'DELETE FROM "app_run" WHERE time >= {first} AND time <= {last}', db=SITE_DATABASE
+    )
+    request = urllib.request.Request(
+        f"{influx.url}/write?db={SITE_DATABASE}&rp={POLICY}", data=older.encode()
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.status == 204
+    [row] = rows_of(influx, f'SELECT * FROM "{POLICY}"."app_run" WHERE "jobid" = \'{job}\'')
+    assert row.get("io_score") is None and row["bytes_written"] is not None
+
+
+def test_each_run_s_app_run_holds_its_io_score(written) -> None:
+    """The hook keeps the job's I/O score (its job_diagnosis point with insight=job) in the
+    job's app_run point: the history reads a run from one row."""
+    rows = rows_of(written, f'SELECT "io_score", "jobid" FROM "{POLICY}"."app_run"')
     scores = diagnosis_scores(written)
-    assert set(ALICE_BEFORE_LAST) | {"2307"} <= set(scores)
+    assert {row["jobid"]: row["io_score"] for row in rows} == scores
+    assert set(scores) == set(RUNS)
+
+
+def test_io_score_of_an_older_app_run_from_job_diagnosis(written, tmp_path, monkeypatch) -> None:
+    """A Darshan run whose app_run point has no io_score (written before the hook kept it
+    there) takes the score of its job_diagnosis point, found through its index, and null
+    without one (dropped here); such a run does not count towards the median. Runs that
+    hold their score cost no request of that kind."""
+    scores = diagnosis_scores(written)
+    sent: list[str] = []
+    request = influx_module._request
+
+    def recorded(settings, query):
+        sent.append(query)
+        return request(settings, query)
+
+    monkeypatch.setattr(influx_module, "_request", recorded)
+    report(written, "2307", tmp_path)
+    assert len(sent) == 3  # the job's index, its data, the earlier runs
+    assert not any('"job_diagnosis"' in q or '"job_index"' in q for q in sent[1:])
     for job in ("2301", "2305"):
-        drop_diagnosis(written, job)
+        app_run_as_an_older_hook_wrote_it(written, job)
+    drop_diagnosis(written, "2305")
+    sent.clear()
     history = report(written, "2307", tmp_path)["history"]
     got = {r["job_id"]: r["io_score"] for r in history["runs"]}
-    assert got == {j: None if j in ("2301", "2305") else scores[j] for j in ALICE_BEFORE_LAST}
+    assert got == {j: None if j == "2305" else scores[j] for j in ALICE_BEFORE_LAST}
     assert history["current"]["io_score"] == scores["2307"]
     [score] = [i for i in history["regressions"] if i["figure"] == "io_score"]
-    known = sorted(scores[j] for j in ("2303", "2304", "2306"))
-    assert (score["earlier_runs"], score["median"]) == (3, known[1])
+    known = sorted(scores[j] for j in ("2301", "2303", "2304", "2306"))
+    assert (score["earlier_runs"], score["median"]) == (4, (known[1] + known[2]) / 2)
+    [index, diagnosis] = sent[3:]
+    assert index.count(f'FROM "{POLICY}"."job_index"') == 2  # 2301's and 2305's alone
+    assert diagnosis.count('"job_diagnosis"') == 2  # the same two runs' (2305's finds none)
