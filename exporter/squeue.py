@@ -28,9 +28,8 @@ from dataclasses import dataclass, field
 from itertools import compress
 from typing import NamedTuple
 
-from hpcmon.common.jobid import USER_NAME
+from hpcmon.common.jobid import SLURM_NAME, USER_NAME
 from hpcmon.common.process import kill_group
-from hpcmon.post_job.slurm import SLURM_NAME
 
 STATES = ("RUNNING", "COMPLETING")  # what is asked for; squeue may print a finer state
 FIELDS = "%A|%u|%a|%P|%T|%j"  # job id | user | account | partition | state | name (the rest)

@@ -13,7 +13,12 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from hpcmon.common.jobid import slurm_job_id, slurm_job_id_problem, user_name_problem
+from hpcmon.common.jobid import (
+    SLURM_NAME,
+    slurm_job_id,
+    slurm_job_id_problem,
+    user_name_problem,
+)
 
 MAX_NODES = 1_000_000  # hosts of a node list read at most (Slurm's largest clusters: ~10^5)
 MAX_JOB_NAME = 200  # Slurm's own limit is 1024; a name is the user's text: cut, never refused
@@ -65,9 +70,8 @@ class SlurmEnvironmentError(ValueError):
     """Slurm's environment holds something that is not what Slurm would set (one line)."""
 
 
-# Slurm node, partition and account names: letters, digits and a few marks; a node list adds
-# the brackets, commas and dashes of its compressed form. Anything else is not Slurm's.
-SLURM_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
+# A node list adds to Slurm's names (SLURM_NAME) the brackets, commas and dashes of its
+# compressed form. Anything else is not Slurm's.
 _NODELIST = re.compile(r"[A-Za-z0-9_.\-\[\],]{1,4096}")
 
 

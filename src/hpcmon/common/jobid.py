@@ -69,6 +69,9 @@ _JOB_ID = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.+\-\[\]]{0,126}[A-Za-z0-9\]])?"
 _SLURM_JOB_ID = re.compile(r"[0-9]{1,20}")
 # POSIX portable user names (plus the trailing $ of Samba machine accounts)
 USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?")
+# Slurm node, partition and account names: letters, digits and a few marks (the epilog's
+# environment and squeue's output are refused where they hold anything else)
+SLURM_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
 
 
 def job_id_problem(text: str) -> str | None:
