@@ -501,37 +501,47 @@ def worker(url: str) -> int:
                 tables["score"] = query
             elif "'Finished jobs'" in where:
                 tables["slurm"] = query
-    # the job drill-down's InfluxDB variables that follow the chosen job alone (its user,
-    # window, app: what Grafana asks before any panel), as that version generates them
+    # the job drill-down's InfluxDB variables that follow the chosen job (its window, user,
+    # app, start: what Grafana asks before any panel), in their order, each with the values
+    # of those before it, as that version generates them (not the job list: the time range's)
     lookups = [
-        variable["query"]
+        (variable["name"], variable["query"])
         for variable in dashboards(Config(cluster=CLUSTER))["hpcmon-job"]["templating"]["list"]
         if (variable.get("datasource") or {}).get("type") == "influxdb"
-        and "$jobid" in variable.get("query", "")
-        and not re.search(r"\$(?!jobid\b)\{?\w", variable["query"])
+        and variable["name"] != "jobid"
     ]
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
-    def influxql(query: str) -> tuple[int, list[str]]:
-        """Rows and errors of one request, epoch ms, as Grafana asks."""
+    def influxql(query: str) -> tuple[int, list[str], object]:
+        """Rows, errors and the first value (as a Grafana variable takes it) of one
+        request, epoch ms, as Grafana asks."""
         data = urllib.parse.urlencode({"db": DB, "q": query, "epoch": "ms"}).encode()
         request = urllib.request.Request(f"{url}/query", data=data, method="POST")
         with opener.open(request, timeout=600) as response:
             answer = json.loads(response.read())
-        rows, errors = 0, []
+        rows, errors, first = 0, [], None
         for result in answer.get("results", []):
             if "error" in result:
                 errors.append(result["error"])
             for series in result.get("series", []):
                 rows += len(series.get("values", []))
-        return rows, errors
+                if first is None and series.get("values"):
+                    first = series["values"][0][1]
+        return rows, errors, first
 
     def drill_down(job: str) -> dict:
-        rows, errors = 0, []
-        for query in lookups:
-            found, failed = influxql(substitute_variables(query, {"jobid": job}))
-            rows, errors = rows + found, errors + failed
-        return {"rows": rows, "errors": errors, "queries": len(lookups)}
+        known: dict[str, str] = {"jobid": job}
+        rows, errors, asked = 0, [], 0
+        for name, query in lookups:
+            wanted = set(re.findall(r"\$\{?(\w+)", query))
+            if not wanted <= set(known):  # a variable of the time range or the panels
+                continue
+            found, failed, value = influxql(substitute_variables(query, known))
+            rows, errors, asked = rows + found, errors + failed, asked + 1
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            known[name] = "" if value is None else str(value)
+        return {"rows": rows, "errors": errors, "queries": asked}
 
     def report(job: str) -> dict:
         out, err = io.StringIO(), io.StringIO()
@@ -548,7 +558,7 @@ def worker(url: str) -> int:
         query = substitute_variables(
             tables[table], {"timeFilter": f"time >= {start_ms}ms and time <= {end_ms}ms"}
         )
-        rows, errors = influxql(query)
+        rows, errors, _ = influxql(query)
         return {"rows": rows, "errors": errors}
 
     def history(job: str) -> dict:

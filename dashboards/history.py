@@ -14,7 +14,7 @@ from .jobs import JOB_ROWS
 from .jobs import MEASUREMENT as DIAGNOSIS
 from .overview import JOB_LINK_TITLE
 from .uids import JOB_UID
-from .variables import JOB_INDEX, has_any, job_filter
+from .variables import JOB_INDEX, JOB_WINDOW, has_any, job_filter
 
 APP_RUN = "app_run"
 RATIO = 2.0  # the report's regression rule: >= 2x or <= 0.5x
@@ -38,12 +38,12 @@ def app_filter(config: Config) -> str:
 
 
 def application_variables(config: Config) -> list[core.Template]:
-    """app of the chosen job, from its job_index points (a field there, as the job id is),
-    and its start (``jobstart``, epoch seconds, from its app_run point within the job's
-    window) that bounds the runs shown (hidden: they follow $jobid, not the time
-    range, which a link from a list of jobs sets to that list's range). Follow
+    """app of the chosen job, from its job_index points within its window (a field there,
+    as the job id is), and its start (``jobstart``, epoch seconds, from its app_run point
+    within the job's window) that bounds the runs shown (hidden: they follow $jobid, not the
+    time range, which a link from a list of jobs sets to that list's range). Follow
     job_variables, whose ``user``, ``jobfirst`` and ``joblast`` they read."""
-    indexed = f'FROM "{JOB_INDEX}" WHERE "jobid" = \'$jobid\'{_cluster(config)}'
+    indexed = f'FROM "{JOB_INDEX}" WHERE "jobid" = \'$jobid\'{_cluster(config)} AND {JOB_WINDOW}'
     app = ("app", "Application", f'SELECT last("app") {indexed}')
     start = (
         "jobstart",
