@@ -18,8 +18,6 @@ from collections.abc import Iterable, Sequence
 
 from hpcmon.common.config import ConfigError
 from hpcmon.common.fields import finite_field
-from hpcmon.post_job.darshan.diagnosis import JOB_TAG
-from hpcmon.post_job.darshan.diagnosis import MEASUREMENT as DIAGNOSIS
 from hpcmon.post_job.model import JobContext
 from hpcmon.post_job.points import Point
 from hpcmon.post_job.slurm import SlurmJob
@@ -27,6 +25,10 @@ from hpcmon.post_job.slurm import SlurmJob
 log = logging.getLogger("hpcmon.post_job")
 
 APP_RUN = "app_run"
+# The job's diagnosis (post_job/darshan/diagnosis.py, which takes these names from here: that
+# package needs the post-job extra, and this module is imported by every role's flush)
+DIAGNOSIS = "job_diagnosis"
+DIAGNOSIS_JOB = "job"  # the ``insight`` tag of its per-job point; never a rule id
 MAX_APP_LENGTH = 200
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Characters that end or escape an InfluxQL string or regex, or start a Grafana variable: the
@@ -131,7 +133,7 @@ def io_score(points: Iterable[Point]) -> float | None:
     so the history reads a run's figures from one row instead of finding each run's
     diagnosis through the job index (report/history.py)."""
     for point in points:
-        if point.measurement == DIAGNOSIS and point.tags.get("insight") == JOB_TAG:
+        if point.measurement == DIAGNOSIS and point.tags.get("insight") == DIAGNOSIS_JOB:
             return finite_field(point.fields, "score")
     return None
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hpcmon.common.timeutil import seconds_to_ns
+from hpcmon.post_job.app import DIAGNOSIS, DIAGNOSIS_JOB
 from hpcmon.post_job.darshan.model import EARLIEST_START, DarshanLog
 from hpcmon.post_job.darshan.points import HEATMAP_BIN_MEASUREMENT
 from hpcmon.post_job.model import JobContext
@@ -25,8 +26,8 @@ from hpcmon.report.insights import HIGH, WARN, Insight, diagnose
 from hpcmon.report.model import JobData
 from hpcmon.report.score import insight_score, job_score
 
-MEASUREMENT = "job_diagnosis"
-JOB_TAG = "job"  # the ``insight`` tag of the per-job point; never a rule id
+MEASUREMENT = DIAGNOSIS
+JOB_TAG = DIAGNOSIS_JOB  # the ``insight`` tag of the per-job point; never a rule id
 TOP_INSIGHTS = 3  # insights named in the job point's ``top_insights``
 _RESERVED = {"level", "score", "title", "drishti"}  # evidence never overrides these fields
 
