@@ -68,11 +68,9 @@ def diagnosis_points(
         "bytes_written": float(data.total("bytes_written")),
         "logs": float(data.logs),
     }
-    points = [Point(MEASUREMENT, {**tags, "insight": JOB_TAG}, fields, time_ns)]
+    points = [Point(DIAGNOSIS, {**tags, "insight": JOB_TAG}, fields, time_ns)]
     for insight in ranked:
-        points.append(
-            Point(MEASUREMENT, {**tags, "insight": insight.id}, _fields(insight), time_ns)
-        )
+        points.append(Point(DIAGNOSIS, {**tags, "insight": insight.id}, _fields(insight), time_ns))
     return points
 
 
