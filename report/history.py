@@ -19,6 +19,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from hpcmon.common.fields import finite_field
+from hpcmon.post_job.app import DIAGNOSIS, DIAGNOSIS_JOB
 from hpcmon.post_job.layout import INDEX, NS_PER_SECOND
 from hpcmon.report.influx import (
     APP_RUN,
@@ -36,8 +37,6 @@ from hpcmon.report.influx import (
     time_bounds,
 )
 
-DIAGNOSIS = "job_diagnosis"  # written by the hook's Darshan source: score per job and insight
-DIAGNOSIS_JOB = "job"  # its ``insight`` tag on the per-job point
 SCOPES = ("user", "all")
 DEFAULT_RUNS = 10
 MAX_RUNS = 1000

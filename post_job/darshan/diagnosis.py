@@ -68,7 +68,7 @@ def diagnosis_points(
         "bytes_written": float(data.total("bytes_written")),
         "logs": float(data.logs),
     }
-    points = [Point(DIAGNOSIS, {**tags, "insight": JOB_TAG}, fields, time_ns)]
+    points = [Point(DIAGNOSIS, {**tags, "insight": DIAGNOSIS_JOB}, fields, time_ns)]
     for insight in ranked:
         points.append(Point(DIAGNOSIS, {**tags, "insight": insight.id}, _fields(insight), time_ns))
     return points
