@@ -18,10 +18,6 @@ FROM ${PYTHON_IMAGE} AS wheel
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY src ./src
-COPY exporter ./exporter
-COPY post_job ./post_job
-COPY dashboards ./dashboards
-COPY report ./report
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 # --- one virtualenv per role, with the role's extra --------------------------------------------

@@ -134,7 +134,8 @@ def package_path(tree: Path, into: Path) -> Path:
         if entry.name != "__pycache__":
             (package / entry.name).symlink_to(entry)
     for name in ("post_job", "report", "dashboards", "exporter"):
-        (package / name).symlink_to(tree / name)
+        if not (package / name).exists():  # a revision before the src layout kept them at the root
+            (package / name).symlink_to(tree / name)
     return into
 
 

@@ -195,7 +195,7 @@ def build_context() -> list[str]:
 def test_dockerignore_sends_the_sources_and_nothing_else() -> None:
     context = build_context()
     assert "pyproject.toml" in context and "README.md" in context
-    assert "exporter/cli.py" in context and "post_job/cli.py" in context
+    assert "src/hpcmon/exporter/cli.py" in context and "src/hpcmon/post_job/cli.py" in context
     for path in context:
         assert not path.startswith(("tests/", "helm/", "benchmarks/", ".git", ".venv")), path
         assert "__pycache__" not in path

@@ -24,7 +24,7 @@ from tests.report.field_values import field_values
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGS = ROOT / "tests" / "data" / "darshan" / "logs"
-SCHEMA = json.loads((ROOT / "report" / "schema.json").read_text())
+SCHEMA = json.loads((ROOT / "src" / "hpcmon" / "report" / "schema.json").read_text())
 REAL = [
     LOGS / "imbalanced-io.darshan",
     LOGS / "e3sm_io_heatmap_only.darshan",

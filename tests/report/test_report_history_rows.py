@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 
 from hpcmon.report.history import AppHistory, history_json, regressions, run_from_row
 
-SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "report" / "schema.json").read_text())
+SCHEMA = json.loads(
+    (Path(__file__).resolve().parents[2] / "src" / "hpcmon" / "report" / "schema.json").read_text()
+)
 FIELDS = ("runtime", "bytes_read", "bytes_written", "reads", "writes", "metadata_time_share",
           "energy_joules", "start_time", "time")  # fmt: skip
 values = st.one_of(

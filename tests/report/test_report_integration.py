@@ -202,7 +202,9 @@ def test_json_report_from_real_servers(stack: dict) -> None:
     run = report_cli(stack, "--format", "json")
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)
-    jsonschema.validate(report, json.loads((ROOT / "report" / "schema.json").read_text()))
+    jsonschema.validate(
+        report, json.loads((ROOT / "src" / "hpcmon" / "report" / "schema.json").read_text())
+    )
     assert report["schema_version"] == 1
     assert report["sources"] == {
         "darshan": "InfluxDB points",

@@ -35,7 +35,7 @@ from tests.report.report_database import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-SCHEMA = json.loads((ROOT / "report" / "schema.json").read_text())
+SCHEMA = json.loads((ROOT / "src" / "hpcmon" / "report" / "schema.json").read_text())
 LOG = ROOT / "tests/data/darshan/logs/mpi-io-test-x86_64-3.4.6.darshan"
 START = 1_754_000_000.0
 HOSTILE = "a \"name\" 'x' <script>alert(1)</script> & line\nbreak \\ end\\"
