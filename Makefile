@@ -42,6 +42,7 @@ docs: venv
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/pyright
 
 clean:
 	rm -rf $(VENV) $(CHECKOV_VENV) build *.egg-info demo-run bench-results site

@@ -166,6 +166,8 @@ def write_synthetic_text(path: Path, records: int) -> None:
     from darshan.backend.cffi_backend import counter_names, fcounter_names
 
     ints, floats = counter_names("POSIX"), fcounter_names("POSIX")
+    if ints is None or floats is None:
+        raise RuntimeError("darshan's libdarshan-util names no POSIX counters")
     with path.open("w") as out:
         out.write("# darshan log version: 3.41\n# exe: /apps/synthetic -n 100000\n")
         out.write("# uid: 1000\n# jobid: 1\n# start_time: 1700000000\n")
@@ -190,7 +192,7 @@ def write_synthetic_text(path: Path, records: int) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="fewer repeats, 20,000 records")
     args = parser.parse_args()
     repeats = 1 if args.quick else 5

@@ -171,7 +171,8 @@ def bench_geopmsession(repeats: int, seconds: float) -> dict:
     times = []
     for line in lines:
         began = time.perf_counter()
-        values, _ = parser.feed(line)
+        values, problems = parser.feed(line)
+        assert values is not None, problems  # rows made just above, to the header's shape
         batch = SampleBatch("geopmsession", values[0], 0, samples_from_row(parser.keys, values))
         readings_from_batch(batch, tracker)
         times.append(time.perf_counter() - began)
@@ -261,7 +262,7 @@ def scrape_latency(tree: Path, jobstats: bool, repeats: int) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="short run")
     args = parser.parse_args(argv)
     repeats = 200 if args.quick else 2000

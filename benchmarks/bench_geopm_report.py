@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from timing import median_seconds  # noqa: E402
 
+from hpcmon.post_job.geopm_report.model import Report  # noqa: E402
 from hpcmon.post_job.geopm_report.points import report_points  # noqa: E402
 from hpcmon.post_job.geopm_report.reader import parse_report_text  # noqa: E402
 from hpcmon.post_job.model import JobContext  # noqa: E402
@@ -64,7 +65,7 @@ def scale_text_report(text: str, hosts: int) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="fewer repeats, one YAML reference")
     parser.add_argument("--hosts", type=int, default=1000)
     args = parser.parse_args(argv)
@@ -78,6 +79,7 @@ def main(argv: list[str]) -> int:
         parsed = parse_report_text(big, Path(fixture))
         assert not parsed.errors, parsed.errors[:3]
         report = parsed.reports[0]
+        assert isinstance(report, Report), type(report)  # the fixtures are geopm reports
         assert len(report.hosts) == args.hosts
         parse_s = median_seconds(lambda big=big: parse_report_text(big, Path("bench")), repeats)
         points_s = median_seconds(lambda r=report: report_points(r, job, 0), repeats)

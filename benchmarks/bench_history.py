@@ -48,7 +48,12 @@ def job_points(template: list[Point], k: int, rng: np.random.Generator) -> list[
     shift = (FIRST + 60 * k) * 1_000_000_000 - min(p.time_ns for p in template if p.time_ns)
     context = JobContext(str(100_000 + k), None, f"user{k % USERS:02d}", f"app{k % APPS:03d}")
     points = [
-        Point(p.measurement, {**p.tags, "jobid": context.job_id}, dict(p.fields), p.time_ns + shift)
+        Point(
+            p.measurement,
+            {**p.tags, "jobid": context.job_id},
+            dict(p.fields),
+            None if p.time_ns is None else p.time_ns + shift,
+        )
         for p in template
         if p.measurement != "app_run"
     ]
@@ -127,7 +132,9 @@ def main() -> int:
             f" {seconds['without']:.3f} s: {added:+.3f} s (target <= +{TARGET_S} s);"
             f" the history reads alone {query[scope] * 1000:.1f} ms"
         )
-    results["target_met"] = all(results[f"added_{s}_s"] <= TARGET_S for s in ("user", "all"))
+    results["target_met"] = all(
+        seconds[s] - seconds["without"] <= TARGET_S for s in ("user", "all")
+    )
     out_dir = ROOT / "bench-results"
     out_dir.mkdir(exist_ok=True)
     (out_dir / "history.json").write_text(json.dumps(results, indent=2) + "\n")

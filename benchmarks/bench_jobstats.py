@@ -44,6 +44,7 @@ import urllib.request
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import yaml
 
@@ -94,7 +95,9 @@ _SAFE_ID = re.compile(r"[A-Za-z0-9.@_:/-]*")
 # ---------------------------------------------------------------- data
 def real_tree(root: Path) -> None:
     for path in REAL:
-        target = re.search(r"public1-OST[0-9a-f]{4}", path.name).group(0)
+        found = re.search(r"public1-OST[0-9a-f]{4}", path.name)
+        assert found is not None, f"{path.name}: not named after its OST"
+        target = found.group(0)
         folder = root / "fs" / "lustre" / "obdfilter" / target
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "job_stats").write_bytes(path.read_bytes())
@@ -186,7 +189,10 @@ def collector_for(root: Path) -> JobstatsCollector:
 CPU_TIMES: list[float] = []  # process CPU seconds of each timed call, next to wall time
 
 
-def timed(action: Callable[[], object]) -> tuple[float, object]:
+T = TypeVar("T")
+
+
+def timed(action: Callable[[], T]) -> tuple[float, T]:
     started, cpu = time.perf_counter(), time.process_time()
     result = action()
     CPU_TIMES.append(time.process_time() - cpu)
@@ -405,7 +411,7 @@ def concurrent_scrapes(
 
 
 def main() -> int:
-    cli = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    cli = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     cli.add_argument("--quick", action="store_true", help="fewer repeats, 8 x 2,000 jobs")
     cli.add_argument(
         "--load-only", action="store_true", help="only the concurrent-scrape measurement"

@@ -102,7 +102,7 @@ def iterate_records(path: Path) -> int:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     parser.add_argument("--records", type=int, default=1_200_000)
     args = parser.parse_args(argv)

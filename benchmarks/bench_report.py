@@ -59,17 +59,20 @@ def synthetic_log(records: int) -> DarshanLog:
     """`records` POSIX records over RANKS ranks (100 of them shared files), all counters set."""
     from darshan.backend.cffi_backend import counter_names, fcounter_names
 
+    ints, floats = counter_names("POSIX"), fcounter_names("POSIX")
+    if ints is None or floats is None:
+        raise RuntimeError("darshan's libdarshan-util names no POSIX counters")
     rng = np.random.default_rng(16)
     n = records
     ranks = np.where(np.arange(n) < 100, -1, np.arange(n) % RANKS).astype(np.int64)
     ids = (10**15 + np.arange(n)).astype(np.uint64)
-    counters = {name: rng.integers(0, 50, n).astype(np.int64) for name in counter_names("POSIX")}
+    counters = {name: rng.integers(0, 50, n).astype(np.int64) for name in ints}
     counters["POSIX_READS"] = rng.integers(0, 2000, n)
     counters["POSIX_WRITES"] = rng.integers(0, 2000, n)
     counters["POSIX_BYTES_READ"] = counters["POSIX_READS"] * 65536
     counters["POSIX_BYTES_WRITTEN"] = counters["POSIX_WRITES"] * 1048576
     counters["POSIX_MAX_BYTE_READ"] = counters["POSIX_BYTES_READ"]
-    fcounters = {name: rng.random(n) for name in fcounter_names("POSIX")}
+    fcounters = {name: rng.random(n) for name in floats}
     table = ModuleTable("POSIX", ids, ranks, counters, fcounters)
     heatmaps = [
         HeatmapRecord(
@@ -109,7 +112,7 @@ def report_all(job: JobData) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     args = parser.parse_args()
     repeats = 3 if args.quick else 5

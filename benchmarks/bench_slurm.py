@@ -218,7 +218,7 @@ def scrape_runs(squeue: Path, seconds: float, work: Path) -> dict[str, dict]:
 
 
 def main(argv: list[str]) -> int:
-    cli = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    cli = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     cli.add_argument("--quick", action="store_true", help="fewer repeats, shorter scrape runs")
     args = cli.parse_args(argv)
     repeats = 5 if args.quick else 15

@@ -136,7 +136,7 @@ def order_table(paths: list[Path]) -> list[dict]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="one run each, skip filter-first")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)

@@ -588,6 +588,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print("slurm:      not started (needs root and Debian's slurm packages): job 43 is")
                 print("            a bare job id of the replay")
             else:
+                assert cluster is not None  # entered above with the story
                 print(
                     f"slurm:      job {story.jobid} of the demo's Slurm ({cluster.conf_path}): "
                     f"job_name={STORM_JOB_NAME} user=nobody account={STORM_ACCOUNT}; ended once "

@@ -447,6 +447,7 @@ def slurm_record() -> list:
     lines = (DATA / "slurm" / "epilog-env-exit3.txt").read_text().splitlines()
     env = dict(line.split("=", 1) for line in lines if "=" in line)
     job = slurm_job(env)
+    assert job is not None, "the captured epilog environment is a Slurm job's"
     answer = f"{job.job_id}|debug|project1|1|n1|1700000000|1700000060|my_job\n"
     job = job.completed_by(parse_squeue(job.job_id, answer))
     return [slurm_job_point(job, JobContext(job.job_id, CLUSTER, USER))]

@@ -38,7 +38,7 @@ def ours(log: Path) -> set[str] | None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("logs", type=Path)
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "drishti-agreement.md")
     parser.add_argument("--sources", default="", help="where the logs come from (a paragraph)")

@@ -13,7 +13,7 @@ import os
 import re
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,7 +89,7 @@ def render(
     sections: Sequence[_Section],
     elapsed: float,
     now: float,
-    storms: dict[str, float] | None = None,
+    storms: Mapping[str, float] | None = None,
     storm_elapsed: float | None = None,
     storm_request_bytes: int = STORM_REQUEST_BYTES,
 ) -> str:
@@ -131,7 +131,7 @@ def run(captures: Sequence[Path], out: Path, interval: float, stop_after: float 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("captures", nargs="+", type=Path, help="job_stats or lctl get_param files")
     parser.add_argument("--out", type=Path, required=True, help="file the exporter reads")
     parser.add_argument("--interval", type=float, default=2.0)

@@ -60,8 +60,9 @@ def _wait_until(
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            program = proc.args[0] if isinstance(proc.args, list) else proc.args
             raise RuntimeError(
-                f"{proc.args[0]} exited with {proc.returncode}:\n"
+                f"{program} exited with {proc.returncode}:\n"
                 + log_path.read_text(errors="replace")[-3000:]
             )
         with contextlib.suppress(OSError):
@@ -310,7 +311,7 @@ def run_influxdb1(**data_settings: object) -> Iterator[InfluxDB1]:
 # ---------------------------------------------------------------- VictoriaMetrics
 @dataclass
 class VictoriaMetrics(PromQLServer):
-    data_path: Path | None = None
+    data_path: Path
 
     def flush(self) -> None:
         """Make just-written samples visible to queries."""
@@ -332,7 +333,7 @@ class VictoriaMetrics(PromQLServer):
         wait_http(f"{self.url}/health", self.proc, log_path)
 
 
-def _vm_args(binary: str, data_path: Path | None, port: int) -> list[str]:
+def _vm_args(binary: str, data_path: Path, port: int) -> list[str]:
     return [
         binary,
         f"-storageDataPath={data_path}",
@@ -462,6 +463,22 @@ def wait_port(port: int, proc: subprocess.Popen, log_path: Path, timeout: float 
     _wait_until(listening, f"nothing listens on port {port}", proc, log_path, timeout)
 
 
+HOST_TREE_FLAGS = ("--path.procfs", "--path.sysfs", "--path.cgroupfs")
+
+
+def own_host_trees(args: Sequence[str], workdir: Path) -> list[str]:
+    """``--path.*`` flags for an empty tree under `workdir` for each host tree `args` leave out
+    (a flag given as ``--path.sysfs=X`` or ``--path.sysfs X`` counts)."""
+    given = {arg.split("=", 1)[0] for arg in args}
+    flags = []
+    for flag in HOST_TREE_FLAGS:
+        if flag not in given:
+            tree = workdir / "host" / flag.removeprefix("--path.")
+            tree.mkdir(parents=True, exist_ok=True)
+            flags.append(f"{flag}={tree}")
+    return flags
+
+
 @contextlib.contextmanager
 def run_exporter(
     args: Sequence[str],
@@ -471,9 +488,12 @@ def run_exporter(
     log_name: str = "exporter.log",
 ) -> Iterator[ExporterProcess]:
     """``python -m hpcmon.exporter ARGS`` on a free port, with `env` added to its environment
-    (e.g. a Slurm cluster's SLURM_CONF); its output in workdir/`log_name`."""
+    (e.g. a Slurm cluster's SLURM_CONF); its output in workdir/`log_name`. The exporter reads
+    the host's /proc, /sys and cgroups only where ARGS name them: each tree ARGS leave out is an
+    empty one of its own, so a Slurm job or a RAPL zone of this machine never shows up."""
     port = free_port()
     log_path = workdir / log_name
+    args = [*own_host_trees(args, workdir), *args]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [

@@ -14,7 +14,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from devtools.replay import _Section, load_sections
-from devtools.servers import REPO_ROOT, ExporterProcess, free_port, loopback_env, wait_port
+from devtools.servers import (
+    REPO_ROOT,
+    ExporterProcess,
+    free_port,
+    loopback_env,
+    own_host_trees,
+    wait_port,
+)
 from hpcmon.common.process import stop_process
 
 DATA = Path(__file__).parent / "data"
@@ -48,7 +55,8 @@ def run_exporters(arg_lists: Sequence[list[str]], workdir: Path) -> Iterator[lis
             with open(log_path, "wb") as log:
                 proc = subprocess.Popen(
                     [sys.executable, "-m", "hpcmon.exporter",
-                     f"--web.listen-address=127.0.0.1:{port}", *args],
+                     f"--web.listen-address=127.0.0.1:{port}",
+                     *own_host_trees(args, workdir / f"exporter-{index}"), *args],
                     stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=loopback_env(),
                 )  # fmt: skip
             started.append(ExporterProcess(proc, port, log_path))

@@ -418,7 +418,10 @@ def test_the_node_exporter_names_the_running_job_from_slurm_s_cgroups(
     job runs (slurm_<node>/uid_<uid>/job_<id> with several slurmd on one host), gone after."""
     if cluster.proctrack != "cgroup":
         pytest.skip(f"proctrack/{cluster.proctrack}: this machine gives Slurm no cgroups")
-    args = ["--no-collector.jobstats", "--collector.jobs", "--path.cgroupfs=/sys/fs/cgroup"]
+    # The host's cgroups and /proc on purpose: slurmd puts this cluster's job cgroups there (a
+    # job of another Slurm on this host may show too; only this cluster's job id is asserted).
+    args = ["--no-collector.jobstats", "--collector.jobs", "--path.cgroupfs=/sys/fs/cgroup",
+            "--path.procfs=/proc"]  # fmt: skip
     with servers.run_exporter(args, tmp_path) as exporter:
         jobid = cluster.sbatch("#!/bin/sh\nsleep 30\n", job_name="sleeper")
         wanted = f'hpc_node_job_info{{jobid="{jobid}",uid="65534"}} 1.0'

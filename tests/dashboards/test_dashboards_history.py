@@ -17,7 +17,7 @@ from hpcmon.post_job.darshan.diagnosis import JOB_TAG
 from hpcmon.post_job.darshan.diagnosis import MEASUREMENT as DIAGNOSIS
 from hpcmon.post_job.layout import stored_points
 from hpcmon.post_job.model import JobContext
-from hpcmon.post_job.points import Point, to_lines
+from hpcmon.post_job.points import FieldValue, Point, to_lines
 from tests.dashboards.test_dashboards_influxql import _scores, grafana_variables
 from tests.report.test_report_history import DATABASE, RUNS, write_runs
 
@@ -89,7 +89,12 @@ def test_any_accepted_app_name_keeps_every_query_its_own(names_db, name: str) ->
     n = next(_COUNT)
     job, user = str(9000 + n), f"user{n}"  # one user per example: its run is the only one
     tags = {"jobid": job, "app": name, "user": user}
-    fields = {"start_time": 1.7e9 + n, "runtime": 1.0, "bytes_read": 1.0, "bytes_written": 2.0}
+    fields: dict[str, FieldValue] = {
+        "start_time": 1.7e9 + n,
+        "runtime": 1.0,
+        "bytes_read": 1.0,
+        "bytes_written": 2.0,
+    }
     fields |= {"reads": 1.0, "writes": 2.0, "metadata_time_share": 0.5, "energy_joules": 3.0}
     points = stored_points(
         [

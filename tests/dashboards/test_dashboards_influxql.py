@@ -65,6 +65,7 @@ FAILED = [EARLIER, LATER]
 
 def slurm_stamp(job: SlurmJob) -> int:
     """Where the hook stores the job's slurm_job point: its start's second, its slot."""
+    assert job.start is not None
     return int(job.start) * NS_PER_SECOND + job_slot(job.job_id) * SLOT_WIDTH
 
 
@@ -257,6 +258,7 @@ def test_the_slurm_tables_list_every_finished_job_and_exactly_the_failed_ones(
     assert [r["jobid"] for r in finished] == [LATER, SLURM_ONLY, JOB, EARLIER]  # newest first
     for row in finished:
         job = slurm[row["jobid"]]
+        assert job.start is not None and job.end is not None
         assert row == {
             "time": slurm_stamp(job),
             "jobid": job.job_id,

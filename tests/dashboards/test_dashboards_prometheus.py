@@ -207,7 +207,9 @@ def test_grafana_variables_list_real_values(stack: LiveStack, configs) -> None:
     for variable in board["templating"]["list"]:
         if variable["type"] != "query":
             continue
-        expr, label = lint.label_values_selector(variable["query"])
+        selector = lint.label_values_selector(variable["query"])
+        assert selector is not None, variable["query"]
+        expr, label = selector
         values = {r["metric"].get(label) for r in _run(stack.prometheus, variable["query"], {})}
         assert values - {None, ""}, f"variable {variable['name']} lists nothing"
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ DASHBOARD = "http://localhost:3000/d"
 
 
 def _promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    assert PROMTOOL is not None  # the module is skipped without it
     return subprocess.run(
         [PROMTOOL, *args], cwd=cwd, capture_output=True, text=True, timeout=300, check=False
     )
@@ -43,7 +45,7 @@ class Series:
     def __init__(self) -> None:
         self.items: list[dict[str, str]] = []
 
-    def add(self, name: str, labels: str, values: list[float | None]) -> None:
+    def add(self, name: str, labels: str, values: Sequence[float | None]) -> None:
         text = " ".join("_" if v is None else f"{v:.10g}" for v in values)  # _: no sample
         self.items.append({"series": f"{name}{{{labels}}}", "values": text})
 

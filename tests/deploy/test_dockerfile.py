@@ -86,6 +86,7 @@ def test_base_image_is_a_slim_python_of_a_supported_version() -> None:
     match = re.fullmatch(r"python:(\d+)\.(\d+)-slim(-\w+)?", image)
     assert match, image
     needed = re.fullmatch(r">=(\d+)\.(\d+)", PYPROJECT["project"]["requires-python"])
+    assert needed, PYPROJECT["project"]["requires-python"]
     assert (int(match[1]), int(match[2])) >= (int(needed[1]), int(needed[2]))
     for stage in stages().values():
         assert stage[0][1].split()[0] == "${PYTHON_IMAGE}"
@@ -111,8 +112,10 @@ def test_each_role_installs_the_wheel_with_its_extra() -> None:
     found = stages()
     extras = PYPROJECT["project"]["optional-dependencies"]
     for target in TARGETS:
-        copies = [args for name, args in found[target] if name == "COPY"]
-        (source,) = [re.search(r"--from=(\S+)", c).group(1) for c in copies]
+        (copy,) = [args for name, args in found[target] if name == "COPY"]
+        stage = re.search(r"--from=(\S+)", copy)
+        assert stage, copy
+        source = stage.group(1)
         (install,) = [args for name, args in found[source] if name == "RUN"]
         match = re.search(r"/wheels/hpcmon-\*\.whl\)\[([\w-]+)\]", install)
         assert match and match.group(1) == target and target in extras, install

@@ -25,6 +25,7 @@ SCRIPT = ROOT / "scripts" / "sync-chart-files.py"
 
 def sync_script() -> ModuleType:
     spec = importlib.util.spec_from_file_location("sync_chart_files", SCRIPT)
+    assert spec is not None and spec.loader is not None, SCRIPT
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

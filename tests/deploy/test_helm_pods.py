@@ -222,7 +222,7 @@ while IFS= read -r line; do printf '%s\\n' "$line"; done < /var/lib/job_stats
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="chroot needs root, as the chart's lctl mode does")
 def test_lctl_mode_runs_the_hosts_lctl_through_the_charts_chroot(node: Path, tmp_path: Path):
-    values = {"compute": {"enabled": False}, "lustre": {"enabled": True}}
+    values: dict[str, dict[str, Any]] = {"compute": {"enabled": False}, "lustre": {"enabled": True}}
     values["lustre"]["jobstats"] = {"source": "lctl", "lctlPath": "/usr/sbin/lctl"}
     (wrapper_map,) = [
         obj
@@ -296,7 +296,9 @@ def test_group_mode_init_container_lets_the_exporter_read_energy(node: Path) -> 
     assert len(after.samples) == len(ZONES)
 
 
-def scrape_config(endpoint: dict[str, Any], job: str, target: str, meta: dict, **auth) -> dict:
+def scrape_config(
+    endpoint: dict[str, Any], job: str, target: str, meta: dict, **auth
+) -> dict[str, Any]:
     """What prometheus-operator makes of a ServiceMonitor endpoint, for one discovered target:
     scheme, path, TLS, basic auth and the relabelings, with its discovery metadata as labels."""
     relabelings = [

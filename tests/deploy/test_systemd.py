@@ -51,6 +51,7 @@ def unit(name: str) -> dict[str, dict[str, list[str]]]:
 
 
 def analyze_verify(root: Path, *names: str) -> subprocess.CompletedProcess:
+    assert SYSTEMD_ANALYZE is not None  # its tests are skipped without it
     return subprocess.run(
         [SYSTEMD_ANALYZE, "verify", f"--root={root}", *names],
         capture_output=True,

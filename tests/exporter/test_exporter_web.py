@@ -166,7 +166,7 @@ class _Broken(Collector):
 
 
 def test_a_failing_collector_does_not_fail_the_scrape() -> None:
-    exporter = Exporter([_Broken(None), _Fixed(None)])
+    exporter = Exporter([_Broken(argparse.Namespace()), _Fixed(argparse.Namespace())])
     for base in _serve(WebConfig(), render=exporter.render):
         status, body, _ = _get(base + "/metrics")
     assert status == 200
@@ -237,7 +237,7 @@ def test_every_flag_with_a_default_states_it_in_its_help() -> None:
         if action.default in (None, argparse.SUPPRESS):
             continue
         assert "default" in (action.help or ""), action.option_strings
-    helps = {a.option_strings[0]: a.help for a in parser._actions if a.option_strings}
+    helps = {a.option_strings[0]: a.help or "" for a in parser._actions if a.option_strings}
     assert helps["--collector.jobstats"].endswith("(default on)")
     assert helps["--collector.geopm"].endswith("(default off)")
     assert helps["--jobstats.interval"].endswith("(default 10)")

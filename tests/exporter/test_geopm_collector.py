@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from hpcmon.exporter.cli import Exporter, available_collectors, build_parser
-from hpcmon.exporter.exposition import render_families
+from hpcmon.exporter.exposition import plain_chunks, render_families
 from hpcmon.exporter.geopm.collector import GeopmCollector, snapshot_families
 from hpcmon.exporter.geopm.model import Sample, SampleBatch, SignalKey
 from hpcmon.exporter.geopm.naming import metric_name, monotone_from_name, unit_from_name
@@ -135,7 +135,7 @@ def test_a_down_backend_does_not_break_the_scrape(tmp_path: Path) -> None:
     )
     geopm.sampler.sample_once()
     jobs = NodeJobsCollector(parse(["--path.cgroupfs", str(tmp_path)]))
-    got = samples(b"".join(Exporter([geopm, jobs]).render()))
+    got = samples(b"".join(plain_chunks(Exporter([geopm, jobs]).render())))
     assert got[("geopm_up", (("source", "powercap"),))] == 0.0
     assert got[("hpcmon_exporter_collector_success", (("collector", "geopm"),))] == 1.0
     assert got[("hpcmon_exporter_collector_success", (("collector", "jobs"),))] == 1.0
@@ -160,7 +160,7 @@ def test_a_backend_that_raises_anything_is_only_down(tmp_path: Path) -> None:
     snapshot = geopm.sampler.sample_once()
     assert snapshot.up == {"geopmdpy": False}
     assert "ZeroDivisionError" in snapshot.last_error
-    got = samples(b"".join(Exporter([geopm]).render()))
+    got = samples(b"".join(plain_chunks(Exporter([geopm]).render())))
     assert got[("geopm_errors_total", (("source", "geopmdpy"),))] == 1.0
     assert got[("hpcmon_exporter_collector_success", (("collector", "geopm"),))] == 1.0
 

@@ -45,7 +45,7 @@ def pio(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
         clock=clock,
         counts={"gpu": 8, "package": 2},
     )
-    module.clock = clock
+    monkeypatch.setattr(module, "clock", clock, raising=False)  # for the tests to advance it
     yield module
     module.reset()
     _forget_geopmdpy()

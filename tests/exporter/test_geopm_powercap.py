@@ -262,5 +262,6 @@ def test_wrapping_counter_total_equals_the_energy_spent(
         total, _, _ = tracker.update("powercap", raw, 60.0 * number, 0)
         first = total if first is None else first
     expected = (spent_uj - int(start_fraction * wrap_uj)) / 1e6
+    assert first is not None  # set by the first step
     assert total - first == pytest.approx(expected, rel=1e-9, abs=1e-6)
     assert tracker.resets == {}

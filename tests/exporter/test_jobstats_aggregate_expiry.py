@@ -66,6 +66,7 @@ def written(found: dict, jobid: str) -> tuple[float | None, float | None]:
 
 
 def promtool_accepts(body: bytes) -> None:
+    assert PROMTOOL is not None  # its callers are skipped without it
     result = subprocess.run(
         [PROMTOOL, "check", "metrics"], input=body, capture_output=True, timeout=60
     )

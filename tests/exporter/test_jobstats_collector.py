@@ -19,6 +19,7 @@ from hpcmon.exporter.collector import add_path_flags
 from hpcmon.exporter.jobstats.collector import JobstatsCollector
 from hpcmon.exporter.jobstats.parser import JobEntry, OpStats, iter_text
 from hpcmon.exporter.jobstats.rates import RateTracker
+from hpcmon.exporter.jobstats.sources import LctlSource
 
 DATA = Path(__file__).parents[1] / "data" / "jobstats"
 DDN_OST = DATA / "whamcloud_lustrefs-exporter__fixtures_jobstats_only_2.14.0_162.txt"
@@ -231,6 +232,7 @@ def test_counter_values_and_latency_from_a_real_capture() -> None:
     # First-seen rate of a job with a start_time: sum / (time of the read - start_time).
     start = 1723102025.057286226
     rate = value(found, "lustre_job_write_bytes_per_second", **job)
+    assert rate is not None
     rounding = 1e-9  # start_time parsed from secs.nsecs
     assert 11025514496 / (after - start) * (1 - rounding) <= rate
     assert rate <= 11025514496 / (before - start) * (1 + rounding)
@@ -508,9 +510,11 @@ def test_background_sampler_shares_one_snapshot(tmp_path: Path) -> None:
         first = collector.exposition()
         assert b'lustre_jobstats_jobs{component="ost",target="lustrefs-OST0000"} 35.0' in first
         assert collector.exposition_before(None) is collector.exposition_before(None)
+        assert collector._worker is not None  # a background sampler: interval > 0
         process = collector._worker._process
     finally:
         collector.stop()
+    assert process is not None
     assert process.poll() is not None  # the sampler process ended
 
 
@@ -568,6 +572,7 @@ def test_rate_state_survives_an_unreadable_sample(tmp_path: Path) -> None:
     back = time.time()
     write, opens = rates(samples_of(collector.sample()), "A")
     now = time.time()
+    assert write is not None and opens is not None
     assert 500 / (now - first) <= write <= 500 / (back - last_read)
     assert 20 / (now - first) <= opens <= 20 / (back - last_read)
 
@@ -644,6 +649,7 @@ def test_bad_flags_are_rejected_by_the_parser(flags: list[str]) -> None:
 
 def test_flag_bounds_are_inclusive_below() -> None:
     collector = make_collector("--jobstats.timeout", "0", "--jobstats.max-jobs", "0")
+    assert isinstance(collector.source, LctlSource)  # the default source
     assert collector.source.timeout == 0.0
     assert collector.settings.max_jobs == 0
 
@@ -661,4 +667,5 @@ def test_a_limit_in_force_counts_dropped_series_from_zero() -> None:
     name = "lustre_jobstats_dropped_series_total"
     assert value(found, name, reason="max_jobs", **key) == 0
     assert value(found, name, reason="max_series", **key) is None  # not in force
-    assert value(found, name, reason="operations", **key) > 0  # write_bytes cut on every job
+    cut = value(found, name, reason="operations", **key)
+    assert cut is not None and cut > 0  # write_bytes cut on every job

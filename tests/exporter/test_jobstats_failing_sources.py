@@ -305,7 +305,9 @@ def test_a_dead_sampler_process_is_a_failure_then_restarts(tmp_path: Path) -> No
     try:
         first = collector.exposition_before(10)
         assert b"lustre_jobstats_jobs" in b"".join(first.chunks())
+        assert collector._worker is not None  # started: interval > 0
         old_pid = collector._worker.pid
+        assert old_pid is not None
         os.kill(old_pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:  # no stale data while it is down

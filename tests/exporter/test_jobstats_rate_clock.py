@@ -104,6 +104,7 @@ def test_idle_then_burst_through_the_collector(tmp_path: Path) -> None:
     second_done = time.time()
     job = {"component": "ost", "target": "public1-OST0005", "jobid": "302300"}
     rate = value(found, "lustre_job_write_bytes_per_second", **job)
+    assert rate is not None
     # The reads were between ``second - first_done`` and ``second_done - first`` apart.
     assert GIB / (second_done - first) <= rate <= GIB / (second - first_done)
     other = {**job, "jobid": "1731810"}

@@ -60,7 +60,8 @@ def grown(now: tuple[int, int], before: tuple[int, int] | None) -> tuple[int, in
     """A counter's increase; a decrease is a reset, so the increase is the new value."""
     if before is None:
         return now
-    return tuple(a - b if a >= b else a for a, b in zip(now, before, strict=True))
+    samples, total = (a - b if a >= b else a for a, b in zip(now, before, strict=True))
+    return samples, total
 
 
 @st.composite
@@ -108,6 +109,7 @@ def test_other_is_exact_first_then_a_monotonic_counter_that_loses_nothing(
                     shown = sum(ops.get(name, (0, 0))[field] for ops in exported.values())
                     assert shown == total
         else:
+            assert exported_before is not None  # set by the sample before
             old_other = exported_before[OTHER]
             for name, pair in old_other.items():  # other never goes down
                 assert all(a >= b for a, b in zip(exported[OTHER][name], pair, strict=True))

@@ -183,6 +183,7 @@ def test_twin_series_only_grows_by_what_the_twins_grew(plan: list) -> None:
                     assert not collector.twin_sums.held(key)
                     lives[ost] = Life()
                     continue
+                assert total is not None  # an entry is listed: the series is there
                 if len(parts) == 2 and not life.held:
                     life.held = True
                     life.grown = {}

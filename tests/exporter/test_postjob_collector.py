@@ -43,17 +43,20 @@ def collector_for(spool_dir: Path) -> PostJobCollector:
 
 
 def figures(collector: PostJobCollector, kind: str = "influx-v1") -> dict[str, float]:
+    """The spool's figures for ``kind``: each is exported for every kind, 0 when empty."""
     found = samples_of(collector.exposition())
-    return {
-        name: value(found, name, kind=kind)
-        for name in (
-            names.POSTJOB_SPOOL_LINES,
-            names.POSTJOB_SPOOL_FILES,
-            names.POSTJOB_SPOOL_OLDEST_AGE,
-            names.POSTJOB_REJECTED_LINES,
-            names.POSTJOB_REJECTED_FILES,
-        )
-    }
+    shown: dict[str, float] = {}
+    for name in (
+        names.POSTJOB_SPOOL_LINES,
+        names.POSTJOB_SPOOL_FILES,
+        names.POSTJOB_SPOOL_OLDEST_AGE,
+        names.POSTJOB_REJECTED_LINES,
+        names.POSTJOB_REJECTED_FILES,
+    ):
+        figure = value(found, name, kind=kind)
+        assert figure is not None, f"{name} is not exported for {kind}"
+        shown[name] = figure
+    return shown
 
 
 def frames_on_disk(directory: Path) -> int:
@@ -143,6 +146,7 @@ def test_reading_while_the_spool_is_written_and_flushed_never_double_counts(
     collector = collector_for(tmp_path)
     lines = [f"m,jobid=j value={i} {i}" for i in range(total)]
     first = spool.add(lines)
+    assert first is not None  # lines were given
     stop = threading.Event()
     errors: list[BaseException] = []
 
@@ -153,6 +157,7 @@ def test_reading_while_the_spool_is_written_and_flushed_never_double_counts(
                 spool.replace(path, lines[: total // 2])  # half sent, rewritten whole
                 spool.remove(path)  # then the rest
                 path = spool.add(lines)  # the next run's lines
+                assert path is not None
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
 

@@ -64,7 +64,9 @@ def test_record_points_use_spec_names_and_keep_na_reasons_aside():
             name, reason = item.split(":")
             assert reason in NA_REASONS and name not in point.fields
     (stdio,) = [p for p in records if p.tags["module"] == "STDIO"]
-    assert "avg_read_size:no_reads" in stdio.fields["na_reasons"]
+    na_reasons = stdio.fields["na_reasons"]
+    assert isinstance(na_reasons, str)
+    assert "avg_read_size:no_reads" in na_reasons
     assert stdio.fields["file"] == "<STDOUT>"
     assert stdio.fields["avg_write_size"] == pytest.approx(322 / 6)
 
@@ -107,8 +109,10 @@ def test_heatmap_bin_points_are_the_job_timeline_summed_over_ranks():
     near_busy = {j for k in busy for j in (k - 1, k, k + 1) if 0 <= j < nbins}
     assert [p.fields["bin"] for p in bins] == sorted(near_busy | {0, nbins - 1})
     assert len(bins) < nbins  # this log has a zero run to leave out
+    assert width is not None
     for point in bins:
         k = point.fields["bin"]
+        assert isinstance(k, int)
         assert point.fields["write_bytes"] == writes.get(k, 0)
         assert point.time_ns == round((start + k * width) * 10**9)
     (heatmap,) = [
@@ -266,6 +270,8 @@ def test_heatmap_bins_left_out_are_zeros_between_zeros_and_the_report_gets_them_
     job = Point("darshan_job", log_tags, {"nprocs": 1}, start_ns)
     fields = {"bin_width": width, "nbins": len(bins)}
     summary = Point("darshan_heatmap", dict(tags), fields, start_ns)
-    (series,) = darshan_from_rows(rows_from_points([job, summary, *points])).read_heatmaps()
+    darshan = darshan_from_rows(rows_from_points([job, summary, *points]))
+    assert darshan is not None
+    (series,) = darshan.read_heatmaps()
     assert series.read_bytes.tolist() == reads.tolist()
     assert series.write_bytes.tolist() == writes.tolist()

@@ -215,7 +215,7 @@ def test_module_sums_job_totals_and_times_are_never_negative(path: Path) -> None
         for name, value in module.values.items():
             assert isinstance(value, NA) or value >= 0, (path.name, module.module, name)
     for name, value in signals.job.items():
-        assert value >= 0, (path.name, name)
+        assert isinstance(value, int | float) and value >= 0, (path.name, name)
     # job totals: modules with records, each counted unless one it is built on is present
     # (README: MPI-IO over POSIX, H5*/PNETCDF_VAR over MPI-IO/POSIX, PNETCDF_FILE over
     # PNETCDF_VAR, DFS over DAOS); a -1 counts as 0
@@ -269,7 +269,9 @@ def test_full_precision_times_reach_the_points() -> None:
     for point in output.points:
         if point.measurement != "darshan_record":
             continue
-        key = (point.tags["module"], point.fields["rank"], int(point.fields["record_id"]))
+        rank = point.fields["rank"]
+        assert isinstance(rank, int)
+        key = (point.tags["module"], rank, int(point.fields["record_id"]))
         c = theirs[key]
         p = PREFIX.get(key[0], key[0])
         want = c[f"{p}_F_READ_TIME"] + c[f"{p}_F_WRITE_TIME"] + c[f"{p}_F_META_TIME"]
@@ -336,7 +338,9 @@ def test_implausible_header_values_are_flagged_not_written(
     (error,) = output.errors
     assert str(path) in error and "implausible header" in error and message in error
     (job,) = [p for p in output.points if p.measurement == "darshan_job"]
-    assert field not in job.fields and f"{field}:implausible_header" in job.fields["na_reasons"]
+    na_reasons = job.fields["na_reasons"]
+    assert isinstance(na_reasons, str)
+    assert field not in job.fields and f"{field}:implausible_header" in na_reasons
 
 
 def test_a_start_time_in_the_future_refuses_the_log(tmp_path: Path) -> None:

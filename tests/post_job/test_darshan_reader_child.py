@@ -94,6 +94,7 @@ def test_a_crash_while_reading_ahead_costs_only_that_log(misbehave):
     reading = read_darshan_logs_isolated([FIRST, SECOND, THIRD])
     path, first = next(reading)
     child = reader_pydarshan._CHILD
+    assert child is not None
     os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # it crashed reading ahead
     _intact(first, FIRST)  # handed back before: nothing of the crash on it
     path, crashed = next(reading)
@@ -118,6 +119,7 @@ def test_stderr_written_while_reading_ahead_lands_on_its_own_log(misbehave, monk
     assert [path for path, _ in results] == [FIRST, SECOND, THIRD]
     _intact(results[0][1], FIRST)
     second = results[1][1]
+    assert not isinstance(second, SourceError), second
     assert second.problems == [f"{SECOND}: darshan-util: module data of the second log truncated"]
     assert _body(second) == _expected(SECOND)
     _intact(results[2][1], THIRD)
@@ -127,6 +129,7 @@ def test_a_close_complaint_lands_on_its_log_and_the_next_log_gets_a_fresh_child(
     misbehave(FIRST.name, on_close=_complain("darshan_log_close: bad region map"))
     reading = read_darshan_logs_isolated([FIRST, SECOND])
     _, first = next(reading)
+    assert not isinstance(first, SourceError), first
     assert first.problems == [f"{FIRST}: darshan-util: darshan_log_close: bad region map"]
     assert _body(first) == _expected(FIRST)  # the data sent before the close
     assert reader_pydarshan._CHILD is None  # the child that complained is gone, with the
@@ -140,6 +143,7 @@ def test_a_close_complaint_lands_on_its_log_and_the_next_log_gets_a_fresh_child(
 def test_a_crash_at_close_keeps_the_data_and_names_the_close(misbehave):
     misbehave(FIRST.name, on_close=lambda: os.kill(os.getpid(), signal.SIGABRT))
     (_, first), (_, second), (_, third) = read_darshan_logs_isolated([FIRST, SECOND, THIRD])
+    assert not isinstance(first, SourceError), first
     assert first.problems == [f"{FIRST}: darshan-util crashed with signal SIGABRT closing the log"]
     assert _body(first) == _expected(FIRST)
     _intact(second, SECOND)
@@ -301,7 +305,9 @@ def test_a_reader_child_whose_caller_died_reads_no_further_log(monkeypatch, tmp_
             reader_pydarshan.close_reader_child()
             reading = read_darshan_logs_isolated([FIRST, SECOND, THIRD, FIRST])
             next(reading)
-            os.write(send, str(reader_pydarshan._CHILD.pid).encode())
+            child = reader_pydarshan._CHILD
+            assert child is not None
+            os.write(send, str(child.pid).encode())
         finally:
             os._exit(0)
     os.close(send)

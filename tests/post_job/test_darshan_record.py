@@ -117,13 +117,17 @@ def test_shared_records_carry_rank_extremes_and_variance(stem: str) -> None:
 @pytest.mark.parametrize("stem", [IMBALANCED, DRISHTI])
 def test_rank_points_are_bytes_of_each_ranks_own_files(stem: str) -> None:
     raw = pydarshan_records(log_path(stem))
-    expected: dict[int, int] = defaultdict(int)
+    expected: dict[int, float] = defaultdict(int)
     for (module, rank, _), c in raw.items():
         if module in ("POSIX", "STDIO") and rank >= 0:
             expected[rank] += max(c[f"{module}_BYTES_READ"], 0)
             expected[rank] += max(c[f"{module}_BYTES_WRITTEN"], 0)
     ranks = points_of(stem, "darshan_rank")
-    got = {p.fields["rank"]: p.fields["bytes_read"] + p.fields["bytes_written"] for p in ranks}
+    got = {}
+    for point in ranks:
+        read, written = point.fields["bytes_read"], point.fields["bytes_written"]
+        assert isinstance(read, int) and isinstance(written, int)
+        got[point.fields["rank"]] = read + written
     assert got == dict(expected)
     assert len({p.time_ns for p in ranks}) == len(ranks)
 

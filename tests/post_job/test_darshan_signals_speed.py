@@ -86,7 +86,9 @@ def test_agg_time_by_slowest_from_io_time_equals_the_raw_timers_accumulator(tabl
 def test_the_reference_sees_a_garbage_timer() -> None:
     """The property above can fail: a -222 s timer is NA(invalid_time), a -1 NA(not_monitored)."""
     layout = LAYOUTS["STDIO"]
-    names = (layout.read_time, layout.write_time, layout.meta_time)
+    read_time, write_time, meta_time = layout.read_time, layout.write_time, layout.meta_time
+    assert read_time and write_time and meta_time
+    names = (read_time, write_time, meta_time)
     for bad, reason in (
         (-222.0, "invalid_time"),
         (-1.0, "not_monitored"),

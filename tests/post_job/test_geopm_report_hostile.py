@@ -149,6 +149,7 @@ def test_generated_text_era_report_round_trips(report_hosts: dict) -> None:
     result = parse_report_text("\n".join(lines) + "\n", FAKE)
     assert result.errors == []
     [report] = result.reports
+    assert isinstance(report, Report)
     for host in report.hosts:
         host_regions, epoch, app = report_hosts[host.name]
         kept = [r for r in host_regions if r[0] != "unmarked-region"]
@@ -303,6 +304,7 @@ def test_line_errors_carry_line_numbers() -> None:
     result = parse_report_text("\n".join(lines), FAKE)
     assert result.errors == [f"{FAKE}:15: expected 'key: value'"]
     [report] = result.reports
+    assert isinstance(report, Report)
     assert report.hosts[0].totals["application"]["runtime (s)"] == 33.9054
 
 
@@ -325,8 +327,10 @@ def test_huge_values_and_odd_host_names_stay_writable() -> None:
     result = parse_report_text(text, FAKE)
     assert result.errors == []
     [report] = result.reports
+    assert isinstance(report, Report)
     assert report.hosts[0].name == "node 1,=x\u00e9"
-    assert math.isinf(report.hosts[0].totals["application"]["runtime (s)"])
+    runtime = report.hosts[0].totals["application"]["runtime (s)"]
+    assert isinstance(runtime, float) and math.isinf(runtime)
     line = to_lines(_points(report))
     assert "runtime_seconds" not in line and "count=" not in line
     assert "package_energy_joules=12" in line and r"host=node\ 1\,\=x" in line
@@ -351,6 +355,7 @@ def test_session_document_cut_inside_its_statistics_is_reported() -> None:
     cut = text[: text.rindex("    mean:")]
     result = parse_report_text(cut, FAKE)
     [session] = result.reports
+    assert isinstance(session, SessionReport)
     assert session.signals[-1].stats == {
         "count": 2001,
         "first": 1.69773e9,
@@ -384,6 +389,7 @@ def test_a_start_time_no_store_can_hold_costs_only_the_time(year: str) -> None:
     text = render_yaml_report({"n1": ([], {"runtime (s)": 2.0}, {"runtime (s)": 3.0})}, "monitor")
     result = parse_report_text(text.replace(" 2024\n", f" {year}\n", 1), FAKE)
     [report] = result.reports
+    assert isinstance(report, Report)
     assert report.start_time_ns is None and [h.name for h in report.hosts] == ["n1"]
     [error] = result.errors
     assert error.endswith(": unreadable Start Time (or not within 1677-2262, what InfluxDB stores)")

@@ -76,6 +76,7 @@ def test_yaml_era_sleep_region_report() -> None:
 def test_yaml_era_report_signals_and_agent_extensions() -> None:
     report = only_report("geopm-2.0.0+dev39x_test_sleep_region_map_report.yaml")
     assert report.agent == "frequency_map"
+    assert report.policy is not None
     assert report.policy.startswith('{"FREQ_CPU_DEFAULT": 2000000000, "FREQ_CPU_UNCORE": "NAN"')
     [host] = report.hosts
     assert host.extras["Frequency map"].startswith("{0x00000000108207ee: 1000000000,")

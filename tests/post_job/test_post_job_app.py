@@ -114,7 +114,7 @@ def test_app_flag_wins_and_logs_of_two_executables_take_the_one_moving_most(tmp_
         p["fields"]["exe"]: p["fields"]["total_bytes_read"] + p["fields"]["total_bytes_written"]
         for p in jobs
     }
-    assert {p["tags"]["app"] for p in both} == {max(moved, key=moved.get)}
+    assert {p["tags"]["app"] for p in both} == {max(moved, key=lambda exe: moved[exe])}
     assert "user" not in both[0]["tags"]  # no --user: no user tag
     [run] = [p for p in both if p["measurement"] == APP_RUN]
     assert run["fields"]["logs"] == 2
@@ -146,8 +146,9 @@ def test_an_executable_with_unsafe_characters_is_made_harmless() -> None:
     """The executable is not chosen as a name: it is kept with _ for what would break queries."""
     exe = "/home/u/bin/it's\\a$b`c\"d\x01 -f x"
     job = Point("darshan_job", {}, {"exe": exe, "total_bytes_read": 1.0}, 0)
-    assert darshan_app([job]) == "it_s_a_b_c_d_"
-    assert app_name_problem(darshan_app([job])) is None
+    app = darshan_app([job])
+    assert app == "it_s_a_b_c_d_"
+    assert app_name_problem(app) is None
 
 
 def test_epilog_app_from_the_slurm_job_name(tmp_path: Path) -> None:

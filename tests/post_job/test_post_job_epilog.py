@@ -179,7 +179,8 @@ def test_slurm_environment() -> None:
         }
     )
     assert job == SlurmJob("99", "root", "0", 1700000000.0, None)
-    assert slurm_job({"SLURM_JOBID": "5"}).job_id == "5"
+    only_id = slurm_job({"SLURM_JOBID": "5"})
+    assert only_id is not None and only_id.job_id == "5"
     assert slurm_job({}) is None
 
 

@@ -7,6 +7,7 @@ import json
 import os
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -314,9 +315,10 @@ def test_a_missing_library_ends_the_command_not_the_source(monkeypatch) -> None:
 
 
 def test_untimed_and_unencodable_points() -> None:
+    listed: dict[str, Any] = {"v": [1, 2]}  # a list is no field type
     points = [
         Point("a", {"jobid": "1"}, {"v": 1}, None),
-        Point("b", {"jobid": "1"}, {"v": [1, 2]}, 3),  # a list is no field type
+        Point("b", {"jobid": "1"}, listed, 3),
         Point("c", {"jobid": "1"}, {"v": float("nan")}, 4),  # nothing left: skipped
         Point("d", {"jobid": "1"}, {"v": 2}, 5),
     ]

@@ -100,7 +100,7 @@ def run(argv: list[str]) -> subprocess.CompletedProcess:
     )
 
 
-def point_key(measurement: str, tags: dict, time_ns: int) -> tuple:
+def point_key(measurement: str, tags: dict, time_ns: int | None) -> tuple:
     return measurement, tuple(sorted(tags.items())), time_ns
 
 
@@ -262,6 +262,7 @@ def test_disk_full_while_spooling_is_one_line_and_keeps_the_old_spool(
 ) -> None:
     spool = Spool(tiny_disk, "influx-v1")
     old = spool.add([f"earlier,jobid=1 v={k}i {k}" for k in range(100)])
+    assert old is not None
     old_bytes = old.read_bytes()
     down = f"http://127.0.0.1:{servers.free_port()}"
     argv = [sys.executable, "-m", "hpcmon.post_job", "--job-id", "full", "--darshan",

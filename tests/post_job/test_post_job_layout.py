@@ -36,6 +36,12 @@ def key(point: Point) -> tuple:
     return (point.measurement, tuple(sorted(point.tags.items())), point.time_ns)
 
 
+def stamp(point: Point) -> int:
+    """The point's time: every stored point has one."""
+    assert point.time_ns is not None, point
+    return point.time_ns
+
+
 def test_no_per_job_tag_is_left_and_the_values_are_fields() -> None:
     job = JobContext("4711", "c1")
     before = darshan_points(job)
@@ -46,10 +52,10 @@ def test_no_per_job_tag_is_left_and_the_values_are_fields() -> None:
     logs = {p.fields["log"] for p in data if p.measurement == "darshan_job"}
     assert logs == {p.tags["log"] for p in before if p.measurement == "darshan_job"}
     # the seconds are the data's; the nanoseconds the job's slot and the point's place
-    assert Counter(p.time_ns // NS_PER_SECOND for p in data) == Counter(
-        p.time_ns // NS_PER_SECOND for p in before
+    assert Counter(stamp(p) // NS_PER_SECOND for p in data) == Counter(
+        stamp(p) // NS_PER_SECOND for p in before
     )
-    assert {p.time_ns % NS_PER_SECOND // SLOT_WIDTH for p in data} == {job_slot("4711")}
+    assert {stamp(p) % NS_PER_SECOND // SLOT_WIDTH for p in data} == {job_slot("4711")}
 
 
 def test_two_logs_of_a_job_and_two_jobs_started_in_the_same_second_keep_every_point() -> None:
@@ -109,7 +115,7 @@ def test_the_index_says_where_the_job_s_points_are() -> None:
     job = JobContext("4711", "c1")
     stored = stored_points(darshan_points(job), job)
     [index] = [p for p in stored if p.measurement == INDEX]
-    times = [p.time_ns for p in stored if p.measurement != INDEX]
+    times = [stamp(p) for p in stored if p.measurement != INDEX]
     assert index.tags == {"cluster": "c1", "bucket": "711"}
     assert index.fields["jobid"] == "4711" and "host" not in index.fields
     assert (index.fields["first"], index.fields["last"]) == (min(times), max(times))
@@ -120,7 +126,7 @@ def test_the_index_says_where_the_job_s_points_are() -> None:
     node = JobContext("4711", "c1", node="n2", node_position=1)
     [index2] = [p for p in stored_points(darshan_points(node), node) if p.measurement == INDEX]
     assert index2.tags == index.tags and index2.fields["host"] == "n2"
-    assert index2.time_ns == index.time_ns + 1 and index2.fields["first"] == index.fields["first"]
+    assert index2.time_ns == stamp(index) + 1 and index2.fields["first"] == index.fields["first"]
 
 
 points = st.lists(

@@ -432,7 +432,11 @@ def test_read_as_uid_on_the_command_line(site: Site, tmp_path: Path) -> None:
     assert dropped.returncode == 1
     assert f"{planted}: refused: not readable by the job's user (uid {uid})" in dropped.stderr
     darshan = [line for line in out.read_text().splitlines() if line.startswith("darshan_")]
-    logs = {re.search(r'\blog="([^"]+)"', line).group(1) for line in darshan}
+    logs = set()
+    for line in darshan:
+        found = re.search(r'\blog="([^"]+)"', line)
+        assert found is not None, line
+        logs.add(found.group(1))
     assert logs == {day.name.removesuffix(".darshan")}
     as_root = subprocess.run([*base, *inputs], capture_output=True, text=True, timeout=300)
     assert as_root.returncode == 0, as_root.stderr  # --user alone: read as root, as before

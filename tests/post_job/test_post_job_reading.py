@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from hpcmon.post_job import files, sources
 from hpcmon.post_job.model import JobContext, SourceOutput
-from hpcmon.post_job.points import Point
+from hpcmon.post_job.points import FieldValue, Point
 from hpcmon.post_job.reading import (
     ReadPolicy,
     _decode,
@@ -61,7 +61,7 @@ def collect(paths, job, *, out: Path | None = None, stray: Path | None = None) -
 @pytest.fixture
 def source(monkeypatch: pytest.MonkeyPatch) -> str:
     module = types.ModuleType(MODULE)
-    module.collect = collect
+    monkeypatch.setattr(module, "collect", collect, raising=False)
     monkeypatch.setitem(sys.modules, MODULE, module)
     monkeypatch.setitem(sources.SOURCE_ENTRIES, "geopm_report", (MODULE, "collect"))
     return "geopm_report"
@@ -136,9 +136,11 @@ def test_refusals_name_the_file_and_the_reason(tmp_path: Path) -> None:
     assert input_problem(inside / "link", [str(inside)], uid) == (
         "a symbolic link leading out of the configured directories"
     )
-    assert input_problem(inside / "missing", [str(inside)], uid).startswith("cannot look at it")
+    missing = input_problem(inside / "missing", [str(inside)], uid)
+    assert missing is not None and missing.startswith("cannot look at it")
     if uid != 0:
-        assert "owned by uid" in input_problem(inside / "own", [str(inside)], uid + 1)
+        foreign = input_problem(inside / "own", [str(inside)], uid + 1)
+        assert foreign is not None and "owned by uid" in foreign
 
 
 def test_a_configured_directory_its_user_turned_into_a_link_is_not_followed(tmp_path):
@@ -238,7 +240,7 @@ def test_a_hostile_reply_is_refused_never_a_crash(reply) -> None:
 def credentials(paths, job) -> SourceOutput:
     """A source reporting who it runs as, from the kernel's own account of it."""
     status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
-    fields = {
+    fields: dict[str, FieldValue] = {
         key: status[key].split()[0] if key != "Groups" else status[key].strip()
         for key in ("Uid", "Gid", "NoNewPrivs", "Groups")
     }
@@ -251,7 +253,7 @@ def credentials(paths, job) -> SourceOutput:
 def test_the_child_has_dropped_for_good(monkeypatch: pytest.MonkeyPatch) -> None:
     """Root's file is refused; the user's is read by a process that is that user for good."""
     module = types.ModuleType(MODULE)
-    module.collect = credentials
+    monkeypatch.setattr(module, "collect", credentials, raising=False)
     monkeypatch.setitem(sys.modules, MODULE, module)
     monkeypatch.setitem(sources.SOURCE_ENTRIES, "geopm_report", (MODULE, "collect"))
     policy = ReadPolicy(256, 5.0, uid=65534, gid=65534, user="nobody")
@@ -270,9 +272,11 @@ def test_the_child_has_dropped_for_good(monkeypatch: pytest.MonkeyPatch) -> None
         f"geopm_report: {base / 'root'}: refused: not readable by the job's user (uid 65534)"
     ]
     [who] = output.points
-    assert who.fields["Uid_all"].split() == ["65534"] * 4  # real, effective, saved, fs
+    uid_all, groups = who.fields["Uid_all"], who.fields["Groups"]
+    assert isinstance(uid_all, str) and isinstance(groups, str)
+    assert uid_all.split() == ["65534"] * 4  # real, effective, saved, fs
     assert who.fields["Gid"] == "65534" and who.fields["NoNewPrivs"] == "1"
-    assert who.fields["Groups"].split() == ["65534"]  # nobody's groups, none of root's
+    assert groups.split() == ["65534"]  # nobody's groups, none of root's
 
 
 def probe(paths, job) -> SourceOutput:
@@ -293,7 +297,7 @@ def test_the_child_inherits_no_descriptor_and_no_secret(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     module = types.ModuleType(MODULE)
-    module.collect = probe
+    monkeypatch.setattr(module, "collect", probe, raising=False)
     monkeypatch.setitem(sys.modules, MODULE, module)
     monkeypatch.setitem(sources.SOURCE_ENTRIES, "geopm_report", (MODULE, "collect"))
     for name in ("INFLUX_TOKEN", "INFLUX_PASSWORD", "INFLUX_USERNAME_FILE", "VAULT_TOKEN"):

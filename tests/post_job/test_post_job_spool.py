@@ -136,6 +136,7 @@ def test_spool_is_fifo_and_atomic(tmp_path: Path) -> None:
     spool = Spool(tmp_path, "influx-v1")
     first = spool.add(["a 1", "b 2"])
     second = spool.add(["c 3"])
+    assert first is not None and second is not None
     assert spool.pending() == [first, second]
     assert spool.read(first).lines == ["a 1", "b 2"]
     assert sorted(p.name for p in spool.dir.iterdir() if not p.name.startswith(".lock")) == sorted(
@@ -150,13 +151,16 @@ def test_damaged_line_is_set_aside_and_the_rest_is_sent(
     spool = Spool(tmp_path, "influx-v1")
     lines = to_lines(job_points("pj_q", "q", 4)).splitlines()
     damaged = spool.add(lines)
+    assert damaged is not None
     data = bytearray(damaged.read_bytes())
     second_frame = data.index(b"\n", data.index(b"\n") + 1) + 1
     data[second_frame + 30] ^= 0x20  # a byte inside the second line's frame
     damaged.write_bytes(bytes(data))
     garbage = spool.add(["m v=1 1"])
+    assert garbage is not None
     garbage.write_bytes(b"\x00not a spool file at all")
     good = spool.add(to_lines(job_points("pj_q2", "q", 3)).splitlines())
+    assert good is not None
     result = replay(spool, InfluxV1Writer(influxdb1.url, "quarantine"), Deadline(30), 5)
     assert result.lines_sent == 3 + 3 and result.files_sent == 2
     assert len(result.corrupt) == 2 and str(damaged) in result.corrupt[0]
@@ -426,6 +430,7 @@ def test_partly_sent_spool_file_keeps_only_what_was_not_acknowledged(
     bad = "pj_half,jobid=h bytes= 9"
     spool = Spool(tmp_path, "influx-v1")
     path = spool.add([good[0], bad, good[1], good[2], good[3]])
+    assert path is not None
     writer = InfluxV1Writer(influxdb1.url, "half")
     requests: list[list[str]] = []
     send = writer.send

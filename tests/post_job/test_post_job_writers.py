@@ -235,6 +235,7 @@ def test_victoria_metrics_v2_round_trip(victoria_metrics: servers.VictoriaMetric
             got[(name, tuple(sorted(metric.items())), stamp)] = value
     want = {}
     for p in points:  # VictoriaMetrics keeps numbers (bool as 0/1) as measurement_field
+        assert p.time_ns is not None
         for key, value in p.fields.items():
             if isinstance(value, str):
                 continue
@@ -392,8 +393,16 @@ def test_v1_answers_that_are_no_acknowledgement_keep_the_lines(answer, reason) -
 
 def test_a_writer_failing_unexpectedly_keeps_the_lines() -> None:
     class Broken:
+        kind = "broken"
+
+        def describe(self) -> str:
+            return "a writer with a bug"
+
         def send(self, lines, timeout):
             raise KeyError("a bug")
+
+        def close(self) -> None:
+            pass
 
     outcome = deliver(Broken(), ["m v=1i 1"], Deadline(10))
     assert outcome.pending == ["m v=1i 1"] and outcome.written == 0

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpcmon.post_job.model import JobContext
-from hpcmon.post_job.points import to_lines
+from hpcmon.post_job.points import FieldValue, to_lines
 from hpcmon.post_job.recorder import collect_recorder
 from tests.post_job.test_recorder_reader import DATA, TRACES, copy_trace
 
@@ -18,6 +18,12 @@ JOB = JobContext("4242", cluster="demo")
 
 def by_measurement(points, name):
     return [p for p in points if p.measurement == name]
+
+
+def number(value: FieldValue) -> float:
+    """A numeric field's value (a text one fails the test)."""
+    assert isinstance(value, int | float), value
+    return value
 
 
 def test_points_from_each_trace() -> None:
@@ -41,7 +47,7 @@ def test_points_from_each_trace() -> None:
         }
         assert {name: f["count"] for name, f in functions.items()} == calls
         for name, fields in functions.items():
-            assert abs(fields["total_time_seconds"] - times[name]) < 1e-9
+            assert abs(number(fields["total_time_seconds"]) - times[name]) < 1e-9
             assert fields["ranks"] == sum(name in p["calls"] for p in counts["per_rank"].values())
 
         ranks = {p.tags["rank"]: p.fields for p in by_measurement(mine, "recorder_rank")}
@@ -51,7 +57,8 @@ def test_points_from_each_trace() -> None:
             assert ranks[rank]["files"] == len(per_rank["files"])
             assert ranks[rank]["file_accesses"] == sum(per_rank["files"].values())
             assert (
-                abs(ranks[rank]["function_time_seconds"] - sum(per_rank["time_s"].values())) < 1e-9
+                abs(number(ranks[rank]["function_time_seconds"]) - sum(per_rank["time_s"].values()))
+                < 1e-9
             )
 
         accesses: dict[str, int] = {}
@@ -63,7 +70,7 @@ def test_points_from_each_trace() -> None:
         assert [(p.tags["file"], p.fields["accesses"]) for p in files] == top
 
         (summary,) = by_measurement(mine, "recorder_trace")
-        assert summary.fields["records"] == sum(ranks[r]["records"] for r in ranks)
+        assert summary.fields["records"] == sum(number(ranks[r]["records"]) for r in ranks)
         assert summary.fields["ranks"] == counts["ranks"]
         assert not by_measurement(mine, "recorder_rank_function")
 

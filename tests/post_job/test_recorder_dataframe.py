@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from devtools.recorder_writer import Signature, run_length_calls, write_trace
@@ -167,7 +168,9 @@ def test_multi_run_aggregations() -> None:
     times = handler.get_nonzero_function_time_aggregated_by_functions()
     for t in TRACES:
         want = sum(sum(p["time_s"].values()) for p in py_counts(t)["per_rank"].values())
-        assert times[str(t)].sum() == pytest.approx(want, abs=1e-9)
+        column = times[str(t)]
+        assert isinstance(column, pd.Series)
+        assert column.sum() == pytest.approx(want, abs=1e-9)
     assert handler.get_nonzero_function_time_aggregated_by_logs().equals(times.T)
     full_times = handler.get_function_time_aggregated_by_logs()
     assert full_times.shape == all_counts.shape

@@ -104,10 +104,16 @@ def test_official_3_0_reader_is_wrong_on_the_loop_trace() -> None:
 def test_metadata_matches_summary(trace_dir: Path) -> None:
     meta = read_recorder_trace(trace_dir).metadata
     summary = (trace_dir / "summary.txt").read_text()
-    assert meta.total_ranks == int(re.search(r"Total processes: (\d+)", summary).group(1))
-    store_tid = re.search(r"Store thread id: (\w+)", summary).group(1) == "True"
+
+    def said(label: str) -> str:
+        found = re.search(rf"{label}: (\w+)", summary)
+        assert found is not None, label
+        return found.group(1)
+
+    assert meta.total_ranks == int(said("Total processes"))
+    store_tid = said("Store thread id") == "True"
     assert meta.store_tid == store_tid
-    ipc = re.search(r"Interprocess compression: (\w+)", summary).group(1) == "True"
+    ipc = said("Interprocess compression") == "True"
     assert meta.interprocess_compression == ipc
     counts = json.loads((trace_dir / "py_counts.json").read_text())
     assert meta.start_ts == pytest.approx(counts["start_ts_epoch"], abs=1e-6)

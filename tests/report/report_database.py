@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import urllib.request
 from pathlib import Path
+from typing import Literal, overload
 
 from hpcmon.post_job.app import identify
 from hpcmon.post_job.cli import main as post_job_main
@@ -73,6 +74,12 @@ def stored_text(text: str) -> str:
     return text.replace("\n", "\\n").replace("\r", "\\r")
 
 
+@overload
+def report(job_id: str, out: Path, *source: str, fmt: Literal["json"] = "json") -> dict: ...
+@overload
+def report(job_id: str, out: Path, *source: str, fmt: Literal["text", "html"]) -> str: ...
+@overload
+def report(job_id: str, out: Path, *source: str, fmt: str) -> dict | str: ...
 def report(job_id: str, out: Path, *source: str, fmt: str = "json") -> dict | str:
     """``hpcmon-report --format FMT`` with the given source flags; the JSON as a dict."""
     status = report_main(

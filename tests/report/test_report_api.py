@@ -61,6 +61,7 @@ def test_json_follows_the_schema_and_text_html_render(path: Path, make) -> None:
 def test_summary_numbers_are_the_logs_totals() -> None:
     job = job_from_log(LOGS / "imbalanced-io.darshan")
     summary = build(job)["summary"]
+    assert job.darshan is not None
     posix, stdio = job.darshan.modules["POSIX"], job.darshan.modules["STDIO"]
     assert summary["bytes_written"] == posix.bytes_written + stdio.bytes_written
     assert summary["writes"] == posix.writes + stdio.writes
@@ -191,8 +192,10 @@ def test_geopm_report_gives_energy_and_the_window_without_darshan() -> None:
     report = ROOT / "tests/data/geopm_report/geopm-1.1.0+dev429_nekbone_frequency_map_4hosts.report"
     out = collect_geopm_report([report], JobContext(job_id="42"))
     job = JobData("42", geopm=geopm_from_rows(rows_from_points(out.points)))
-    assert job.geopm.hosts == 4
-    start, end = _window(job)
+    assert job.geopm is not None and job.geopm.hosts == 4
+    window = _window(job)
+    assert window is not None
+    start, end = window
     assert end - start == pytest.approx(job.geopm.runtime)
     summary = build(job)["summary"]
     assert summary["energy_source"] == "geopm report"
@@ -211,11 +214,12 @@ def test_slurm_s_times_are_the_window_of_a_job_with_a_darshan_log() -> None:
         rows_from_points(collect_darshan([log], [], JobContext("42")).points)
     )
     now = time.time()  # the job ran now; the log's own run was long before
+    assert darshan is not None
     assert darshan.start is not None and darshan.start < now - 86400
     slurm = SlurmView("42", start=now - 75, end=now)
     assert _window(JobData("42", darshan=darshan, slurm=slurm)) == (now - 75, now)
-    start, _ = _window(JobData("42", darshan=darshan))
-    assert start == darshan.start
+    window = _window(JobData("42", darshan=darshan))
+    assert window is not None and window[0] == darshan.start
 
 
 def test_grafana_link_spans_the_window() -> None:

@@ -72,6 +72,7 @@ def test_report_from_the_database_equals_the_report_from_the_log(
     written, log: Path, tmp_path: Path
 ) -> None:
     db, own = both(written, log, tmp_path, "json")
+    assert isinstance(db, dict) and isinstance(own, dict)
     assert db["sources"]["darshan"] == "InfluxDB points"
     assert own["sources"]["darshan"] == "Darshan logs"
     assert [(i["id"], i["level"]) for i in db["insights"]] == [
@@ -102,6 +103,7 @@ def test_html_from_the_database_has_the_pictures_of_the_log(
     written, log: Path, tmp_path: Path
 ) -> None:
     db, own = both(written, log, tmp_path, "html")
+    assert isinstance(db, str) and isinstance(own, str)
     assert db.count("<svg") >= 1
     assert db.count("<svg") >= own.count("<svg")
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import urllib.request
 from pathlib import Path
+from typing import Literal, overload
 
 import jsonschema
 import pytest
@@ -74,6 +75,12 @@ def written(influxdb1, tmp_path_factory):
     return write_runs(influxdb1, tmp_path_factory.mktemp("spool"), site=True)
 
 
+@overload
+def report(
+    influx, job: str, tmp_path: Path, *flags: str, fmt: Literal["json"] = "json"
+) -> dict: ...
+@overload
+def report(influx, job: str, tmp_path: Path, *flags: str, fmt: Literal["text", "html"]) -> str: ...
 def report(influx, job: str, tmp_path: Path, *flags: str, fmt: str = "json") -> dict | str:
     out = tmp_path / f"{job}.{ {'text': 'txt'}.get(fmt, fmt) }"
     status = cli.main(

@@ -252,6 +252,7 @@ def _aligned(stack: dict, begin: float, end: float):
         window=(stack["start"], stack["end"]),
     )
     job = collect(JOB, "test", sources)
+    assert job.darshan is not None
     heatmap = max(job.darshan.heatmaps, key=lambda h: h.read_bytes.sum() + h.write_bytes.sum())
     moved = np.ones(4) * 1e6
     job.darshan.heatmaps = [
@@ -279,6 +280,7 @@ def test_target_not_dominated_before_the_storm(stack: dict) -> None:
         window=(stack["start"], storm - 2),
     )
     job = collect(JOB, "test", sources)
+    assert job.prometheus is not None
     (target,) = [t for t in job.prometheus.targets if t.target == "public1-OST0005"]
     assert 0 < target.share < 0.5
     assert "target_dominated" not in {i.id for i in diagnose(job)[0]}

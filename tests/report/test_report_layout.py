@@ -131,6 +131,7 @@ def test_each_job_s_report_equals_the_report_from_its_log(written) -> None:
         from_db = collect(job, CLUSTER, Sources(influx=settings(influx)))
         from_log = collect(job, CLUSTER, Sources(darshan_logs=(LOG,)))
         _same(build(from_db), build(from_log))
+        assert from_db.darshan is not None and from_log.darshan is not None
         assert from_db.darshan.source == "InfluxDB points"
         heatmaps = [(h.module, h.start, h.width) for h in from_db.darshan.heatmaps]
         assert heatmaps == [(h.module, h.start, h.width) for h in from_log.darshan.heatmaps]
@@ -176,7 +177,9 @@ def test_the_report_reads_the_index_then_bounded_series(written, monkeypatch) ->
         f'SELECT * FROM "{INDEX}" WHERE "bucket" = \'{bucket}\' AND "jobid" = \'{JOBS[1]}\''
     )
     for statement in sent:
-        measurement = re.search(r'FROM "([^"]+)"', statement).group(1)
+        found = re.search(r'FROM "([^"]+)"', statement)
+        assert found is not None, statement
+        measurement = found.group(1)
         if measurement == INDEX:
             assert "jobid = " in statement or '"jobid" = ' in statement
         elif 'jobid" = ' in statement or "jobid = " in statement:

@@ -5,6 +5,8 @@ field; heatmaps and bytes per rank are made when first read."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -42,7 +44,8 @@ def test_a_small_table_reads_the_columns_one_at_a_time_would(rows) -> None:
 
 def test_rows_merge_tags_and_fields_as_influxdb_returns_them() -> None:
     plain = Point("darshan_rank", {"jobid": "7", "log": "a"}, {"rank": 3, "io_time": 1.5}, 10)
-    empty_tag = Point("darshan_rank", {"jobid": "7", "log": "", "cluster": None}, {"rank": 1}, 11)
+    none_tag: dict[str, Any] = {"jobid": "7", "log": "", "cluster": None}  # None: no tag either
+    empty_tag = Point("darshan_rank", none_tag, {"rank": 1}, 11)
     clash = Point("darshan_rank", {"jobid": "7", "rank": "tag"}, {"rank": 2}, 12)
     rows = rows_from_points([plain, empty_tag, clash])["darshan_rank"]
     assert rows == [
@@ -134,6 +137,7 @@ def test_the_job_index_gives_the_window_and_measurements() -> None:
     assert index is not None and index.window == (10, 90)
     assert index.measurements is None  # the damaged row names none
     index = index_of(runs[:2])
+    assert index is not None
     assert index.measurements == {"darshan_job", "app_run", "geopm_totals"}
     assert index_of([]) is None and index_of(runs[2:]) is None
     assert index_of([{"first": 5, "last": 4}]) is None

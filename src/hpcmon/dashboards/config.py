@@ -111,6 +111,7 @@ def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
             known_keys = ", ".join(sorted(known))
             raise ConfigError(f"{prefix}{shown_key(key)}: unknown key (known: {known_keys})")
         declared = known[key].type
+        assert isinstance(declared, str)  # the annotation's text: annotations are postponed
         if declared == "Thresholds":
             if not isinstance(value, dict):
                 raise ConfigError(f"{prefix}{key}: expected a mapping")

@@ -17,7 +17,12 @@ from .config import Config
 def dashboards(config: Config) -> dict[str, dict[str, Any]]:
     """uid -> dashboard JSON model."""
     built = [overview.build(config), job.build(config), longterm.build(config), jobs.build(config)]
-    return {board.uid: grafana.to_json(board) for board in built}
+    models: dict[str, dict[str, Any]] = {}
+    for board in built:
+        if board.uid is None:
+            raise ValueError(f"dashboard {board.title!r} has no uid")
+        models[board.uid] = grafana.to_json(board)
+    return models
 
 
 def _yaml(data: Any) -> str:

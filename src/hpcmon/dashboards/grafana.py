@@ -299,6 +299,13 @@ def state_timeline(spec: PanelSpec, value_text: dict[str, str]) -> core.Panel:
     )
 
 
+def field_config(panel: core.Panel) -> dict[str, Any]:
+    """The panel's ``fieldConfig``, which every builder above sets through ``extraJson``."""
+    if panel.extraJson is None:
+        raise ValueError(f"panel {panel.title!r} has no extraJson: not built by this module")
+    return panel.extraJson["fieldConfig"]
+
+
 def field_override(name: str, *properties: tuple[str, Any]) -> dict[str, Any]:
     """Field config of the field (a table column) named ``name``: (property id, value)."""
     return {

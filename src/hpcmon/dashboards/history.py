@@ -136,7 +136,7 @@ def add_application_row(layout: g.Layout, config: Config) -> None:
         "metadata_time_share": "percentunit",
         "energy_joules": "joule",
     }
-    overrides = panel.extraJson["fieldConfig"]["overrides"]
+    overrides = g.field_config(panel)["overrides"]
     overrides += [
         {"matcher": {"id": "byName", "options": name}, "properties": [{"id": "unit", "value": u}]}
         for name, u in units.items()

@@ -40,7 +40,7 @@ def _table(spec: PanelSpec, units: dict[str, str]) -> core.Panel:
         }
         for name, unit in units.items()
     ]
-    panel.extraJson["fieldConfig"]["overrides"] = overrides
+    g.field_config(panel)["overrides"] = overrides
     return panel
 
 

@@ -75,7 +75,7 @@ def job_table(config: Config) -> core.Panel:
         "options": {"renameByName": {"Time": "start", "top_insights": "top insights"}},
     }
     panel = g.table(spec, sort_by="score", transformations=[organize])
-    overrides = panel.extraJson["fieldConfig"]["overrides"]
+    overrides = g.field_config(panel)["overrides"]
     overrides += [g.field_override(name, ("unit", u)) for name, u in COLUMNS if u != "none"]
     overrides.append(
         g.field_override(

@@ -140,7 +140,7 @@ def check_panels(dashboard: dict[str, Any]) -> list[str]:
     if dashboard.get("schemaVersion", 0) < 39:
         problems.append(f"schemaVersion {dashboard.get('schemaVersion')} < 39")
     seen_ids: set[int] = set()
-    occupied: dict[tuple[int, int], str] = {}
+    occupied: dict[tuple[int, int], str | None] = {}
     for panel in panels(dashboard):
         title = panel.get("title")
         if panel["type"] not in MODERN_PANEL_TYPES:

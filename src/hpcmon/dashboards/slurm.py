@@ -61,7 +61,7 @@ def slurm_table(title: str, where: str, description: str, rows: int = LISTED) ->
     spec.links, spec.link_field = [job_link()], "jobid"
     organize = {"id": "organize", "options": {"excludeByName": {"Time": True}}}
     panel = g.table(spec, sort_by="start", transformations=[organize])
-    overrides = panel.extraJson["fieldConfig"]["overrides"]
+    overrides = g.field_config(panel)["overrides"]
     overrides += [g.field_override(name, ("unit", unit)) for name, unit in UNITS.items()]
     overrides += status_overrides()
     return panel
@@ -79,5 +79,5 @@ def count_stat(title: str, where: str, description: str) -> core.Panel:
         ),
         calc="sum",
     )
-    panel.extraJson["fieldConfig"]["defaults"]["noValue"] = "0"
+    g.field_config(panel)["defaults"]["noValue"] = "0"
     return panel

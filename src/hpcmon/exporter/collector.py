@@ -14,7 +14,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from prometheus_client.metrics_core import Metric
 
@@ -204,7 +204,11 @@ class Periodic:
 REGISTERED: dict[str, type[Collector]] = {}
 
 
-def register(cls: type[Collector]) -> type[Collector]:
+_C = TypeVar("_C", bound="Collector")
+
+
+def register(cls: type[_C]) -> type[_C]:
+    """Adds ``cls`` to REGISTERED; returns it as it is, so its own type is kept."""
     REGISTERED[cls.name] = cls
     return cls
 

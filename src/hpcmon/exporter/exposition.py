@@ -82,9 +82,10 @@ class Compressed:
 
     def deflated(self) -> tuple[bytes, int]:
         """(the deflate stream, the CRC-32 of the text)."""
-        if self._deflated is None:
+        if self._deflated is None or self._crc is None:
             with _DEFLATING:
-                if self._deflated is None:
+                if self._deflated is None or self._crc is None:
+                    assert self.raw is not None  # only of() drops the text, and it deflates
                     self._deflated, self._crc = _deflate(self.raw)
         return self._deflated, self._crc
 
@@ -94,6 +95,7 @@ class Compressed:
             yield self.raw
             return
         deflated = self._deflated
+        assert deflated is not None  # without the text, of() kept the deflate stream
         inflater = zlib.decompressobj(-zlib.MAX_WBITS)
         for start in range(0, len(deflated), size // 16):
             data = inflater.decompress(deflated[start : start + size // 16])
@@ -125,7 +127,7 @@ def plain_chunks(parts: Iterable[Part]) -> Iterator[bytes]:
             yield part
 
 
-def gzip_parts(parts: list[Part]) -> list[bytes]:
+def gzip_parts(parts: Iterable[Part]) -> list[bytes]:
     """One gzip member (RFC 1952) of all ``parts``, reusing each Compressed part's deflate data.
 
     The CRC of the whole text is computed by continuing from the first part's: a Compressed

@@ -104,7 +104,7 @@ def parse_squeue(
     found = list(map((known or {}).get, records))
     for index in [i for i, job in enumerate(found) if job is None]:
         found[index] = parse_record(records[index])
-    jobs = tuple(compress(found, found))  # a job is a non-empty tuple, a bad record None
+    jobs = tuple(filter(None, found))  # a job is a non-empty tuple, a bad record None
     bad += len(found) - len(jobs)
     by_record = dict(zip(records, found, strict=True))  # None: parsed again next time
     return SqueueAnswer(jobs, bad, tuple(compress(records, found)), by_record)
@@ -175,6 +175,7 @@ def _run(
         )
     except OSError as exc:
         raise SqueueError(f"cannot run {command[0]}: {exc.strerror or exc}") from None
+    assert proc.stdout is not None and proc.stderr is not None  # both piped
     deadline = time.monotonic() + timeout
     out: list[bytes] = []
     err: list[bytes] = []

@@ -330,11 +330,12 @@ class _Server6(_Server):
 def make_server(
     address: str,
     telemetry_path: str,
-    render: Callable[..., Sequence[Part]],
+    render: Callable[..., bytes | Sequence[Part]],
     web_config: WebConfig,
     landing_html: str,
 ) -> ThreadingHTTPServer:
-    """``render(scrape_timeout)`` gives the exposition as parts (bytes or Compressed)."""
+    """``render(scrape_timeout)`` gives the exposition as parts (bytes or Compressed), or as
+    one bytes."""
     host, port = parse_listen_address(address)
 
     class Handler(BaseHTTPRequestHandler):

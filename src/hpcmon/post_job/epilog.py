@@ -108,9 +108,9 @@ def writer_settings(
     """The config's writers; without a job (``flush --config``) no output file."""
     writers = config.writers
     v1, v2 = writers.get("influx_v1", {}), writers.get("influx_v2", {})
-    output = writers.get("output") if job is not None else None
+    output = writers.get("output")
     settings = WriterSettings(
-        output=output_path(output, job, config.cluster) if output else None,
+        output=output_path(output, job, config.cluster) if output and job is not None else None,
         v2_url=v2.get("url"),
         v2_org=v2.get("org"),
         v2_bucket=v2.get("bucket"),

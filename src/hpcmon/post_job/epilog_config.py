@@ -282,6 +282,7 @@ def _parse_source(name: str, data: Mapping[str, Any], path: Path | str) -> Sourc
             + (" or logdir" if name == "darshan" else "")
         )
     for key, item in typed.items():
+        assert item.keyword is not None  # every source option has one
         if data.get(key) is not None:
             source.options[item.keyword] = item.from_config(data[key], f"{where}.{key}")
     for key, keyword in paths.items():

@@ -35,7 +35,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from hpcmon.post_job.model import JobContext
-from hpcmon.post_job.points import Point
+from hpcmon.post_job.points import FieldValue, Point
 
 INDEX = "job_index"
 INDEX_BUCKETS = 1_000  # series of the index per cluster and shard
@@ -89,17 +89,18 @@ def _stamped(points: list[Point], slot: int) -> list[Point]:
     second (canonical order: original time, then its fields, which hold the moved tags).
     Past SLOT_WIDTH points in one second (a 10,001-rank log) the places go on into the next
     seconds, after the places that second's own points took: never onto one of them."""
-    series: dict[tuple, list[Point]] = defaultdict(list)
+    series: dict[tuple, list[tuple[int, Point]]] = defaultdict(list)  # (original time, point)
     for point in points:
         if point.time_ns is not None:
-            series[(point.measurement, tuple(sorted(point.tags.items())))].append(point)
+            key = (point.measurement, tuple(sorted(point.tags.items())))
+            series[key].append((point.time_ns, point))
     base = slot * SLOT_WIDTH
     for members in series.values():
-        members.sort(key=lambda p: (p.time_ns // NS_PER_SECOND, p.time_ns, _fields_key(p)))
+        members.sort(key=lambda m: (m[0] // NS_PER_SECOND, m[0], _fields_key(m[1])))
         taken = -1  # the last lattice place used in this series: second * SLOT_WIDTH + place
         second, place = None, 0
-        for point in members:
-            own = point.time_ns // NS_PER_SECOND
+        for time_ns, point in members:
+            own = time_ns // NS_PER_SECOND
             place = place + 1 if own == second else 0
             second = own
             taken = max(own * SLOT_WIDTH + place, taken + 1)
@@ -121,7 +122,7 @@ def index_point(points: Sequence[Point], job: JobContext) -> Point | None:
     if not times:
         return None
     first, last = min(times), max(times)
-    fields: dict[str, int | str] = {
+    fields: dict[str, FieldValue] = {
         "first": first,
         "last": last,
         "points": len(points),

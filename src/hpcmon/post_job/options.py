@@ -200,6 +200,7 @@ def source_options(source: str) -> dict[str, Option]:
 
 def add_flag(parser: argparse.ArgumentParser | Any, item: Option, metavar: str = "N") -> None:
     """The option's command-line flag, with its default in the help text."""
+    assert item.flag is not None  # only options with a flag come here
     if item.kind == "bool":
         parser.add_argument(item.flag, dest=item.dest, action="store_true", help=item.help)
         return

@@ -74,9 +74,11 @@ def check_pattern(pattern: str, where: str) -> None:
 def job_days(job: SlurmJob, now: float | None = None, search_days: int = 2) -> list[dt.date]:
     """Local dates to search: every day from job start to end; when Slurm gives neither time,
     today and the ``search_days - 1`` days before (a job's logs are dated by its start)."""
-    if job.start is not None or job.end is not None:
-        first = dt.date.fromtimestamp(job.start if job.start is not None else job.end)
-        last = dt.date.fromtimestamp(job.end if job.end is not None else job.start)
+    start = job.start if job.start is not None else job.end
+    end = job.end if job.end is not None else job.start
+    if start is not None and end is not None:  # Slurm gave one of them at least
+        first = dt.date.fromtimestamp(start)
+        last = dt.date.fromtimestamp(end)
         if last < first:
             first, last = last, first
         first = max(first, last - dt.timedelta(days=MAX_DAYS - 1))

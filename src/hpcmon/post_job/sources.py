@@ -66,7 +66,7 @@ def load_entry(name: str) -> Callable[..., SourceOutput]:
         if missing_package(exc):
             raise  # the post-job extra is not installed: the command says so (hpcmon.entry)
         raise ImportError(f"{module_name} cannot be imported: {type(exc).__name__}: {exc}") from exc
-    entry = getattr(module, function_name, None)
+    entry: Callable[..., SourceOutput] | None = getattr(module, function_name, None)
     if not callable(entry):
         raise ImportError(f"{module_name} has no {function_name}()")
     return entry

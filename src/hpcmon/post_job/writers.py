@@ -344,13 +344,18 @@ class InfluxV2Writer:
         token: str | None,
         timeout: float = DEFAULT_TIMEOUT_SECONDS,
     ) -> None:
-        from influxdb_client import InfluxDBClient
+        from influxdb_client.client.influxdb_client import InfluxDBClient
         from influxdb_client.client.write_api import SYNCHRONOUS
 
         self.url, self.org, self.bucket = url, org, bucket
         # retries=False: retrying is ours (spool), never a hidden loop that outlives the deadline.
         self.client = InfluxDBClient(
-            url=url, token=token or None, org=org, timeout=int(timeout * 1000), retries=False
+            url=url,
+            # None: no token, no Authorization header (influxdb-client types it str = None)
+            token=token or None,  # pyright: ignore[reportArgumentType]
+            org=org,
+            timeout=int(timeout * 1000),
+            retries=False,
         )
         self.write_api = self.client.write_api(write_options=SYNCHRONOUS)
 
@@ -363,13 +368,15 @@ class InfluxV2Writer:
 
         # The synchronous write API drops a per-call ``_request_timeout`` (influxdb-client 1.50),
         # so the deadline-bounded timeout goes into the client's configuration (milliseconds).
-        self.client.conf.timeout = max(1, int(timeout * 1000))
+        # (influxdb-client's Configuration sets timeout to None only, so it is typed None)
+        self.client.conf.timeout = max(1, int(timeout * 1000))  # pyright: ignore[reportAttributeAccessIssue]
         try:
             self.write_api.write(
                 bucket=self.bucket,
                 org=self.org,
                 record=_join(lines),
-                write_precision=WritePrecision.NS,
+                # WritePrecision's values are plain str constants, not WritePrecision instances
+                write_precision=WritePrecision.NS,  # pyright: ignore[reportArgumentType]
             )
         except ApiException as exc:
             said = _short(exc.body or exc.reason or "")

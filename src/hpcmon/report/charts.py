@@ -74,17 +74,17 @@ def target_rates(job: JobData, limit: int = 8) -> str | None:
     prom = job.prometheus
     if prom is None:
         return None
-    series = [t for t in prom.targets if t.job_rate is not None and len(t.job_rate.times)]
+    series = [
+        (t, rate) for t in prom.targets if (rate := t.job_rate) is not None and len(rate.times)
+    ]
     if not series:
         return None
     figure, axes = _figure()
-    origin = job.window[0] if job.window else series[0].job_rate.times[0]
-    for t in series[:limit]:
+    origin = job.window[0] if job.window else series[0][1].times[0]
+    for t, rate in series[:limit]:
         scale = 1.0 if t.component == "mdt" else MIB
         unit = "ops/s" if t.component == "mdt" else "MiB/s"
-        axes.plot(
-            t.job_rate.times - origin, t.job_rate.values / scale, label=f"{t.target} ({unit})"
-        )
+        axes.plot(rate.times - origin, rate.values / scale, label=f"{t.target} ({unit})")
     axes.set_xlabel("seconds since window start")
     axes.set_ylabel("job's rate")
     axes.legend(loc="upper right", fontsize=7, ncol=2)

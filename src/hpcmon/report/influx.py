@@ -134,9 +134,9 @@ def index_of(index_rows: list[dict]) -> JobIndex | None:
     lasts = [t for r in index_rows if (t := _stamp(r.get("last"))) is not None]
     if not firsts or not lasts or min(firsts) > max(lasts):
         return None
-    named = [r.get("measurements") for r in index_rows]
+    named = [text for r in index_rows if isinstance(text := r.get("measurements"), str)]
     measurements = None
-    if all(isinstance(text, str) for text in named):
+    if len(named) == len(index_rows):  # every index point said them
         measurements = frozenset(m for text in named for m in text.split(",") if m)
     tags = {}
     for key in ("user", "app"):

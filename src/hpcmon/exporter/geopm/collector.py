@@ -64,7 +64,7 @@ def make_backends(options: argparse.Namespace) -> list[Backend]:
 
 def snapshot_families(snapshot: Snapshot) -> list[Metric]:
     """Metric families for one snapshot: signals first, then the collector's own health."""
-    families: dict[str, Metric] = {}
+    families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
     seen: set[tuple[str, str, int, str]] = set()
     for reading in snapshot.readings:
         name = metric_name(reading.key.signal, reading.unit, reading.monotone)

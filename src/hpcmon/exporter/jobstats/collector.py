@@ -23,6 +23,7 @@ import time
 from collections import defaultdict
 from collections.abc import Collection, Hashable, Iterable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -66,6 +67,7 @@ from hpcmon.exporter.jobstats.worker import SamplerProcess, stale_after
 log = logging.getLogger("hpcmon.exporter.jobstats")
 
 TargetKey = tuple[str, str]  # (component, target)
+K = TypeVar("K", bound=Hashable)  # what ServerSums sums over: a component, or a target
 RATE_KINDS = ("read_bytes", "write_bytes", "operations")
 DEFAULT_SCRAPE_TIMEOUT = 10.0  # Prometheus' default, when a scrape does not say its own
 SCRAPE_MARGIN = 0.2  # part of a scrape's timeout kept for parsing and rendering
@@ -173,7 +175,7 @@ class _ServerJob:
                 counted[1] += op.sum
 
 
-class ServerSums:
+class ServerSums(Generic[K]):
     """Per job, counters summed over entries that never go down while the job lives:
     ``--jobstats.aggregate=server`` sums a component's targets (key: the component); without
     it, the quoted/unquoted twins of one target (key: the target, see ``_merge_twins``).
@@ -188,24 +190,24 @@ class ServerSums:
     """
 
     def __init__(self) -> None:
-        self._jobs: dict[Hashable, dict[str, _ServerJob]] = {}  # key -> jobid -> sum
+        self._jobs: dict[K, dict[str, _ServerJob]] = {}  # key -> jobid -> sum
 
-    def components(self) -> list[Hashable]:
+    def components(self) -> list[K]:
         """Keys with jobs still held (e.g. a component whose targets are all unreadable)."""
         return list(self._jobs)
 
-    def held(self, key: Hashable) -> Collection[str]:
+    def held(self, key: K) -> Collection[str]:
         """The job ids held under ``key``."""
         return self._jobs.get(key, {}).keys()
 
-    def forget_except(self, keep: Iterable[Hashable]) -> None:
+    def forget_except(self, keep: Iterable[K]) -> None:
         """Drop the keys not in ``keep`` (targets that no longer exist)."""
         wanted = set(keep)
         for key in [key for key in self._jobs if key not in wanted]:
             del self._jobs[key]
 
     def update(
-        self, key: Hashable, targets: list[tuple[str, list[JobEntry]]], unread: set[str]
+        self, key: K, targets: list[tuple[str, list[JobEntry]]], unread: set[str]
     ) -> list[JobEntry]:
         """One entry per job listed by ``targets`` (target name, its entries) this sample;
         ``unread`` are the key's targets that could not be read."""
@@ -479,8 +481,9 @@ class JobstatsCollector(Collector):
         self.labels = LabelCache(JobIdPattern(options.jobstats_jobid_pattern))
         self.layouts = Layouts(self.labels, self.settings.operations, self.settings.deny)
         self.tracker = RateTracker()
-        self.server_sums = ServerSums()
-        self.twin_sums = ServerSums()  # per target: ids listed both quoted and unquoted
+        self.server_sums: ServerSums[str] = ServerSums()  # per component
+        # per target: ids listed both quoted and unquoted
+        self.twin_sums: ServerSums[TargetKey] = ServerSums()
         self.top_jobs = TopJobs(self.settings.top_jobs) if self.settings.top_jobs else None
         self._series_left = 0  # --jobstats.max-series: what the sample in progress may add
         self._series_cut = 0
@@ -545,7 +548,9 @@ class JobstatsCollector(Collector):
             if self._generation != arrived and self._snapshot is not None:
                 return self._snapshot  # another scrape sampled while we waited
             self._sample_locked(deadline)
-            return self._snapshot
+            snapshot = self._snapshot
+            assert snapshot is not None  # a sample that returns has set it
+            return snapshot
         finally:
             self._sample_lock.release()
 

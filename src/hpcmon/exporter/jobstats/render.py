@@ -225,14 +225,17 @@ def pack_target(
 
     A job's rates are in the order of its operations, as ``RateTracker.update`` gives them."""
     rating = rates is not None
+    # Filled through locals, typed as never None; the block holds no rate arrays without rates.
+    sizes, samples, seconds = array("Q"), array("Q"), array("d")
+    byte_rates, op_rates = array("d"), array("d")
     block = TargetBlock(
         labels,
         [],
-        array("Q"),
-        array("Q"),
-        array("d"),
-        array("d") if rating else None,
-        array("d") if rating else None,
+        sizes,
+        samples,
+        seconds,
+        byte_rates if rating else None,
+        op_rates if rating else None,
         bytearray(len(entries)),
     )
     nan = float("nan")
@@ -242,20 +245,18 @@ def pack_target(
         ops = entry.ops.values()
         for name in BYTE_OPERATIONS:
             op = entry.ops.get(name)
-            block.sizes.extend((0, 0, 0, 0) if op is None else (op.samples, op.sum, op.min, op.max))
-        block.samples.extend([op.samples for op in ops])
-        block.seconds.extend(
-            [op.sum / USECS_PER_SECOND if op.unit == "usecs" else 0.0 for op in ops]
-        )
+            sizes.extend((0, 0, 0, 0) if op is None else (op.samples, op.sum, op.min, op.max))
+        samples.extend([op.samples for op in ops])
+        seconds.extend([op.sum / USECS_PER_SECOND if op.unit == "usecs" else 0.0 for op in ops])
         if rating:
             found = rates.get(entry.jobid)
             if found is None:
-                block.rates.extend([nan] * len(layout.names))
-                block.byte_rates.extend((nan, nan))
+                op_rates.extend([nan] * len(layout.names))
+                byte_rates.extend((nan, nan))
             else:
                 values = found[1]
-                block.rates.extend(values)
-                block.byte_rates.extend(
+                op_rates.extend(values)
+                byte_rates.extend(
                     [nan if index < 0 else values[index] for index in (layout.read, layout.write)]
                 )
                 block.rated[number] = 1

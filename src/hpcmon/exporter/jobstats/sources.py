@@ -148,6 +148,7 @@ class LctlSource:
                 )
             except OSError as exc:
                 raise _Failed(f"cannot run {name}: {exc.strerror or exc}", "start") from None
+            assert proc.stdout is not None and proc.stderr is not None  # both piped
             self._running.add(proc)
         try:
             pieces, errors = self._collect(proc, deadline, budget)
@@ -173,6 +174,7 @@ class LctlSource:
         """Read stdout (cut in pieces) and stderr until both close or lctl has exited and
         its grace is over; raises _Failed on the deadline or the cap."""
         name = self.lctl
+        assert proc.stdout is not None and proc.stderr is not None  # _run pipes both
         pieces: list[str] = []
         pending, errors = bytearray(), bytearray()
         scanned = cut = total = 0  # pending[:scanned] searched; cut: last parameter start in it

@@ -163,6 +163,7 @@ class SamplerProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
+        assert process.stdin is not None  # piped, as are stdout and stderr
         with self._lock:
             self._ready_once = False
             self._held = []
@@ -181,6 +182,7 @@ class SamplerProcess:
     def _relay_stderr(self, process: subprocess.Popen[bytes]) -> None:
         """The child's log lines go to our stderr once it has sent a sample; until then they
         are held: a child that dies before is one line (``_receive``), not its whole output."""
+        assert process.stderr is not None  # _spawn pipes it
         for raw in process.stderr:
             line = raw.decode(errors="replace").rstrip("\n")
             with self._lock:
@@ -194,6 +196,8 @@ class SamplerProcess:
         delay = RESTART_SECONDS
         while not self._stopping.is_set():
             process = self._process
+            assert process is not None  # start() spawned it before starting this thread
+            assert process.stdout is not None  # _spawn pipes it
             try:
                 snapshot = pickle.load(process.stdout)
             except (EOFError, OSError, pickle.UnpicklingError):
@@ -204,7 +208,9 @@ class SamplerProcess:
                 except subprocess.TimeoutExpired:
                     process.kill()
                     code = process.wait()
-                self._relay.join(timeout=5)
+                relay = self._relay
+                assert relay is not None  # started by _spawn, with the process
+                relay.join(timeout=5)
                 self._newest = None
                 self._ready.clear()
                 process.stdout.close()
@@ -300,6 +306,7 @@ class SamplerProcess:
         if receiver is not None:
             receiver.join(timeout=5)
         if process is not None and not (receiver is not None and receiver.is_alive()):
+            assert process.stdout is not None  # _spawn pipes it
             process.stdout.close()  # (a close would wait for the receiver's read)
         if self._relay is not None:
             self._relay.join(timeout=5)

@@ -73,6 +73,7 @@ def collect_darshan(
         tags = {**job.base_tags(), "log": labels[path]}
         converted = _log_points(path, outcome, tags, top_records, problems, output)
         if converted is not None:
+            assert not isinstance(outcome, Exception)  # an exception gives no points
             computed.append(converted)
             diagnosed.append(outcome)
         output.errors.extend(problems)

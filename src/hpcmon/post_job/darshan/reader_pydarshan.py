@@ -27,6 +27,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, Pipe
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -179,6 +180,8 @@ def _report_class() -> type:
     from darshan.backend import cffi_backend as backend
 
     class LogReport(darshan.DarshanReport):
+        data: dict[str, Any]  # PyDarshan's is typed by its first entry (an int) alone
+
         def read_metadata(self) -> None:
             # DarshanReport.read_metadata less the mount table (a test holds the two equal)
             self.metadata["job"] = backend.log_get_job(self.log)
@@ -577,10 +580,12 @@ def _counter_layout(module: str) -> tuple[np.ndarray, tuple[str, ...], tuple[str
     ids some modules hold in counters), and its float counter names: once per module."""
     from darshan.backend import cffi_backend as backend
 
-    names = list(backend.counter_names(module))
+    names, fnames = backend.counter_names(module), backend.fcounter_names(module)
+    if names is None or fnames is None:  # a module this darshan-util does not know
+        raise TypeError(f"darshan-util has no counter names for module {module}")
     kept = np.array([i for i, name in enumerate(names) if not is_record_id_counter(name)], np.intp)
     kept.flags.writeable = False
-    return kept, tuple(names[i] for i in kept), tuple(backend.fcounter_names(module))
+    return kept, tuple(names[i] for i in kept), tuple(fnames)
 
 
 def _read_module(path: Path, report, module: str, problems: list[str]) -> _PackedTable | None:

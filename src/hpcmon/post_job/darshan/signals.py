@@ -307,7 +307,7 @@ def compute_signals(log: DarshanLog) -> LogSignals:
         if name in present and not any(low in present for low in LOWER_LAYERS.get(name, ()))
     )
     result = LogSignals(job={}, counted_modules=counted, tables=tables)
-    totals = dict.fromkeys(JOB_SIGNALS, 0)
+    totals: dict[str, int] = dict.fromkeys(JOB_SIGNALS, 0)
     for name, table in tables.items():
         layout = LAYOUTS[name]
         inputs = _Inputs(table)
@@ -413,8 +413,9 @@ def invalid_timer(column: np.ndarray) -> np.ndarray:
 
 def _sum_columns(table: ModuleTable, names: tuple[str, ...]) -> _Input | None:
     """Sum of the named counters per row (garbage timers as 0); None if the log lacks one."""
-    columns = [table.column(name) for name in names]
-    if any(column is None for column in columns):
+    found = [table.column(name) for name in names]
+    columns = [column for column in found if column is not None]
+    if len(columns) < len(found):
         return None
     if len(columns) == 1 and not is_timer(names[0]):
         return _Input(columns[0], columns[0] == -1)
@@ -930,7 +931,7 @@ def _totals(
     if present and all(item.values.dtype.kind == "i" for item in present.values()):  # at once
         clipped = np.maximum(np.array([item.values for item in present.values()]), 0)
         sums = dict(zip(present, clipped.sum(axis=1).tolist(), strict=True))
-        any_unmonitored = np.array([item.unmonitored for item in present.values()]).any(axis=1)
+        any_unmonitored = np.any(np.array([item.unmonitored for item in present.values()]), axis=1)
         unmonitored = dict(zip(present, any_unmonitored.tolist(), strict=True))
     else:
         sums = {key: int(np.maximum(item.values, 0).sum()) for key, item in present.items()}
@@ -960,12 +961,13 @@ def _agg_time_by_slowest(table: ModuleTable, layout: Layout, io_time: np.ndarray
     NA(not_available) when the module has no read/write timers."""
     if layout.read_time is None and layout.write_time is None:
         return NA("not_available")
-    timers = [
+    columns = [
         table.column(name)
         for name in (layout.read_time, layout.write_time, layout.meta_time)
         if name is not None
     ]
-    if any(timer is None for timer in timers):
+    timers = [timer for timer in columns if timer is not None]
+    if len(timers) < len(columns):
         return NA("not_available")
     shared = table.ranks < 0
     slowest = table.column(layout.slowest_rank_time) if layout.slowest_rank_time else None

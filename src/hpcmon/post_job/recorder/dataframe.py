@@ -222,8 +222,9 @@ class RecorderDataFrame:
         self.start_ts = start_ts
         self.errors = errors or []
         if read_ranks is None:
-            read_ranks = np.unique(df["rank"].to_numpy(dtype=np.int64)).tolist()
-        self.read_ranks = sorted(read_ranks)
+            self.read_ranks: list[int] = np.unique(df["rank"].to_numpy(dtype=np.int64)).tolist()
+        else:
+            self.read_ranks = sorted(read_ranks)
 
     @classmethod
     def from_recorder(cls, log_dir: str | Path) -> RecorderDataFrame:
@@ -255,7 +256,9 @@ class RecorderDataFrame:
                 raise TypeError("not a row mask")
         except Exception:  # the lambda is meant for one row at a time
             mask = self.df.apply(my_lambda, axis=1).astype(bool)
-        return self._with(self.df[mask].reset_index(drop=True))
+        rows = self.df[mask]
+        assert isinstance(rows, pd.DataFrame)  # a mask selects rows, never a column
+        return self._with(rows.reset_index(drop=True))
 
     # --- records
     def get_record_count(self) -> int:
@@ -286,7 +289,9 @@ class RecorderDataFrame:
         """The rows that count as file accesses: POSIX calls that name a file."""
         if not hasattr(self, "_access_rows"):
             df = self.df
-            self._access_rows = df[(df["func_type"] == FILE_ACCESS_LAYER) & df["file_name"].notna()]
+            rows = df[(df["func_type"] == FILE_ACCESS_LAYER) & df["file_name"].notna()]
+            assert isinstance(rows, pd.DataFrame)  # a mask selects rows, never a column
+            self._access_rows = rows
         return self._access_rows
 
     def get_file_access_count(self) -> dict[str, int]:

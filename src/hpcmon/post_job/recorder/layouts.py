@@ -123,10 +123,11 @@ def _interprocess_grammars(path: Path, nprocs: int, errors: list[str]) -> dict[i
                     parsed[ug] = parse_cfg(blocks[ug], cfg_path)
                 except SourceError as exc:
                     errors.append(f"{exc} (grammar {ug})")
-        if parsed[ug] is None:
+        grammar = parsed[ug]
+        if grammar is None:
             errors.append(f"{cfg_path}: grammar {ug} of rank {rank} unreadable; rank skipped")
             continue
-        grammars[rank] = parsed[ug]
+        grammars[rank] = grammar
     return grammars
 
 

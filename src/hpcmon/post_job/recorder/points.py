@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Mapping
+
+import pandas as pd
 
 from hpcmon.common.timeutil import seconds_to_ns
 from hpcmon.post_job.points import Point
@@ -67,11 +70,13 @@ def _summary_point(
         "problems": len(frame.errors),
     }
     if len(frame.df):
-        fields["duration_seconds"] = float(frame.df["tend"].max())
+        tend = frame.df["tend"]
+        assert isinstance(tend, pd.Series)  # a column's name gives the column
+        fields["duration_seconds"] = float(tend.max())
     return Point("recorder_trace", dict(tags), fields, time_ns)
 
 
-def _by_name(values: dict[int, float], names: tuple[str, ...]) -> dict[str, float]:
+def _by_name(values: Mapping[int, float], names: tuple[str, ...]) -> dict[str, float]:
     """Function id -> value becomes name -> value (a name may occur under two ids)."""
     out: dict[str, float] = {}
     for func_id, value in values.items():
@@ -150,19 +155,19 @@ def _file_points(
     )  # a file with calls without timestamps: left out, as in _Untimed
     per_file = per_file.reset_index().sort_values(
         ["accesses", "file_name"], ascending=[False, True]
-    )
+    )  # columns: file_name (the index put back first), then the aggregates in their order
     return [
         Point(
             "recorder_file",
-            {**tags, "file": str(row.file_name)},
+            {**tags, "file": str(file_name)},
             {
-                "accesses": int(row.accesses),
-                "ranks": int(row.ranks),
-                "time_seconds": float(row.time),
+                "accesses": int(calls),
+                "ranks": int(ranks),
+                "time_seconds": float(seconds),
             },
             time_ns,
         )
-        for row in per_file.head(top_files).itertuples(index=False)
+        for file_name, calls, ranks, seconds in per_file.head(top_files).itertuples(index=False)
     ]
 
 
