@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.hpcmon-installed
 PYTHON ?= python3
 
-.PHONY: test demo bench lint docs servers venv clean
+.PHONY: test check demo bench lint docs servers venv clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,8 +25,15 @@ venv: $(STAMP) $(CHECKOV_STAMP)
 servers:
 	./scripts/install-servers.sh
 
+# The whole suite on four pytest-xdist workers (tests/conftest.py groups them: one module per
+# worker, the Slurm modules one after another, the slowest first); at most 10 minutes on 2 cores.
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider
 test: venv servers
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(PYTEST) -n 4 --dist loadscope --no-loadscope-reorder tests
+
+# The inner loop: unit and property tests, no servers, nothing slow, in about a minute.
+check: $(STAMP)
+	$(PYTEST) -n 2 --dist loadscope --no-loadscope-reorder -m "not integration and not slow" tests
 
 demo: venv servers
 	$(PY) -m devtools.demo $(DEMO_ARGS)

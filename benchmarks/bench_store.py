@@ -465,8 +465,9 @@ class Store:
 
     def stop_worker(self) -> None:
         if self.worker is not None:
+            assert self.worker.stdin is not None  # started with stdin=PIPE
             with contextlib.suppress(OSError):
-                self.worker.stdin.close()  # type: ignore[union-attr]
+                self.worker.stdin.close()
             self.worker.wait(timeout=30)
             self.worker = None
 

@@ -10,8 +10,10 @@ the context exits. Tests use them through the fixtures in tests/conftest.py.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -29,8 +31,43 @@ import yaml
 
 from hpcmon.common.process import stop_process
 
+# Under pytest-xdist each worker takes its ports from a range of its own, below the kernel's
+# ephemeral range (32768-60999 on Linux): a port one worker was given and has not bound yet is
+# never given to another worker, nor to an outgoing connection.
+WORKER_PORTS_START, WORKER_PORTS_EACH, WORKER_PORT_RANGES = 16384, 2000, 8
+
+
+def _worker_ports() -> Iterator[int] | None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # gw0, gw1, ... under xdist
+    if not (worker.startswith("gw") and worker[2:].isdigit()):
+        return None
+    first = WORKER_PORTS_START + int(worker[2:]) % WORKER_PORT_RANGES * WORKER_PORTS_EACH
+    offset = random.randrange(WORKER_PORTS_EACH)  # a rerun does not start on the same ports
+    # in turn, so a port handed out is handed out again only after all the others
+    return itertools.cycle(
+        first + (offset + i) % WORKER_PORTS_EACH for i in range(WORKER_PORTS_EACH)
+    )
+
+
+_PORTS = _worker_ports()
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
 
 def free_port() -> int:
+    """A loopback port nothing listens on: the kernel's choice, or the test worker's next."""
+    if _PORTS is not None:
+        for _ in range(WORKER_PORTS_EACH):
+            port = next(_PORTS)
+            if _bindable(port):
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -259,13 +296,8 @@ class InfluxDB1(Server):
 
     def write_config(self) -> None:
         assert self.config_path is not None
-        self.config_path.write_text(
-            INFLUXDB_CONF.format(
-                workdir=self.workdir,
-                port=self.port,
-                rpc_port=self.rpc_port,
-                **{**INFLUXDB_DATA_DEFAULTS, **(self.data_settings or {})},
-            )
+        _write_influxdb_config(
+            self.config_path, self.workdir, self.port, self.rpc_port, self.data_settings or {}
         )
 
     def start_again(self, **data_settings: object) -> None:
@@ -281,6 +313,19 @@ class InfluxDB1(Server):
         wait_http(f"{self.url}/ping", self.proc, log_path)
 
 
+def _write_influxdb_config(
+    path: Path, workdir: Path, port: int, rpc_port: int, data_settings: Mapping[str, object]
+) -> None:
+    path.write_text(
+        INFLUXDB_CONF.format(
+            workdir=workdir,
+            port=port,
+            rpc_port=rpc_port,
+            **{**INFLUXDB_DATA_DEFAULTS, **data_settings},
+        )
+    )
+
+
 @contextlib.contextmanager
 def run_influxdb1(**data_settings: object) -> Iterator[InfluxDB1]:
     """InfluxDB 1.x with the site configuration; ``data_settings`` override its [data] keys
@@ -292,18 +337,18 @@ def run_influxdb1(**data_settings: object) -> Iterator[InfluxDB1]:
     with _workdir("hpcmon-influx-") as workdir:
         port, rpc_port = free_port(), free_port()
         config_path = workdir / "influxdb.conf"
+        _write_influxdb_config(config_path, workdir, port, rpc_port, data_settings)
+        proc, log_path = _spawn([binary, "run", "-config", str(config_path)], workdir)
         server = InfluxDB1(
             "influxdb",
             f"http://127.0.0.1:{port}",
             port,
             workdir,
-            None,  # type: ignore[arg-type] - started just below
+            proc,
             config_path,
             rpc_port,
             dict(data_settings),
         )
-        server.write_config()
-        server.proc, log_path = _spawn([binary, "run", "-config", str(config_path)], workdir)
         with _serving(server, f"{server.url}/ping", log_path):
             yield server
 

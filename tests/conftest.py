@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+from xdist.remote import Producer
+from xdist.scheduler import LoadScopeScheduling
 
 from tests import servers
 
@@ -71,3 +73,61 @@ def prometheus_factory():
     yield start
     for ctx in reversed(stack):
         ctx.__exit__(None, None, None)
+
+
+# ---------------------------------------------------------------- selection and scheduling
+# Fixtures that start a real server: a test using one (directly or through another fixture) is
+# an integration test, left out by `make check`.
+SERVER_FIXTURES = frozenset({"influxdb1", "victoria_metrics", "prometheus_factory"})
+
+# `make test` runs pytest-xdist (-n 4 --dist loadscope --no-loadscope-reorder): the scheduler
+# below gives each worker whole modules (a module's fixtures are set up once, on one worker), and
+# the modules that run Slurm one after another on one worker, so one private Slurm at a time runs
+# jobs on this host while the other workers run the rest (two would race for the cgroups of their
+# like-named nodes). The slowest go first (seconds from `pytest --durations=0`, 2-core machine,
+# 2026-11-29): they mostly wait on servers' clocks, which the other workers fill with work.
+SLURM_MODULES = frozenset(
+    {"test_slurm_epilog.py", "test_slurm_collector.py", "test_slurm_cluster.py", "test_demo.py"}
+)
+SLOWEST_FIRST = (
+    "tests/test_site_scale.py",  # ~215 s, most of it waiting for scrapes and rule evaluations
+    "slurm",  # ~170 s
+    "tests/test_install.py",
+    "tests/dashboards/test_dashboards_prometheus.py",
+    "tests/post_job/test_job_diagnosis.py",
+    "tests/report/test_report_integration.py",
+    "tests/report/test_report_database.py",
+    "tests/report/test_report_api.py",
+    "tests/exporter/test_series_budget.py",
+    "tests/deploy/test_checkov.py",
+    "tests/exporter/test_jobstats_stale_sample.py",
+    "tests/exporter/test_geopm_integration.py",
+    "tests/exporter/test_jobstats_prometheus.py",
+    "tests/deploy/test_helm_chart.py",
+    "tests/post_job/test_post_job_kill.py",
+    "tests/post_job/test_post_job_migrate.py",
+)
+
+
+def schedule_scope(module: str) -> str:
+    """The unit of work of a test in `module` (its path from the repository's root)."""
+    return "slurm" if Path(module).name in SLURM_MODULES else module
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> LoadScopeScheduling:
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return schedule_scope(nodeid.split("::", 1)[0])
+
+    return ModuleScheduling(config, log)
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    if SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        item.add_marker(pytest.mark.integration)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {scope: place for place, scope in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(schedule_scope(item.nodeid.split("::", 1)[0]), len(rank)))

@@ -20,6 +20,9 @@ import pytest
 from hpcmon.common import metric_names
 from hpcmon.dashboards.rules import ALERT_NAMES
 
+# Slow (builds the documentation site and its reference): not in `make check`.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 REFERENCE = DOCS / "reference"

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# Slow (runs pyright over the project (make lint runs it too)): not in `make check`.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 PYRIGHT = shutil.which("pyright", path=str(Path(sys.executable).parent))
 

@@ -20,6 +20,9 @@ import yaml
 
 from tests.deploy.test_helm_chart import CASES, ROOT, case_values, chart, rendered
 
+# Slow (runs checkov on the chart and the Dockerfile): not in `make check`.
+pytestmark = pytest.mark.slow
+
 # checkov lives in its own virtualenv (`make venv`; pyproject's `scan` extra explains why)
 CHECKOV = Path(os.environ.get("HPCMON_CHECKOV", ROOT / ".venv-checkov" / "bin" / "checkov"))
 

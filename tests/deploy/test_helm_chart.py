@@ -28,6 +28,9 @@ from packaging.version import Version
 from hpcmon.exporter.cli import available_collectors, build_parser
 from hpcmon.post_job.cli import build_flush_parser
 
+# Slow (renders the chart with Helm's SDK many times): not in `make check`.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "hpcmon"
 CRD_DIR = Path(__file__).parents[1] / "data" / "prometheus-operator-crd"

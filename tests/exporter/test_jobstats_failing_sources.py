@@ -179,6 +179,7 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+@pytest.mark.slow  # waits out timeouts: not in `make check`
 def test_a_grandchild_holding_the_pipe_is_killed_with_lctl(tmp_path: Path) -> None:
     capture = oss_capture(tmp_path)
     pidfile = tmp_path / "grandchild.pid"
@@ -284,6 +285,7 @@ def test_bad_flags_and_files_give_one_line_and_exit_2(
     assert len(lines) == 1 and message in lines[0], result.stderr
 
 
+@pytest.mark.slow  # waits out timeouts: not in `make check`
 def test_metrics_answer_is_not_held_by_a_hung_lctl(tmp_path: Path) -> None:
     """End to end with interval 0: the scrape says its timeout, the exporter answers in it."""
     lctl = fake_lctl(tmp_path, "sleep 300")
@@ -352,6 +354,7 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
+@pytest.mark.slow  # waits out timeouts: not in `make check`
 def test_a_sampler_that_cannot_start_says_so_once_and_scrapes_do_not_wait(
     tmp_path: Path, monkeypatch, caplog, capfd
 ) -> None:

@@ -9,9 +9,14 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.exporter.test_jobstats_collector import HP_MDT, Samples, named, samples_of, value
 from tests.exporter.test_jobstats_failing_sources import oss_capture
 from tests.servers import http_get, run_exporter
+
+# Slow (waits out hung reads and their timeouts): not in `make check`.
+pytestmark = pytest.mark.slow
 
 SUCCESS = ("hpcmon_exporter_collector_success", frozenset({("collector", "jobstats")}))
 

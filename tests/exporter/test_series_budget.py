@@ -15,6 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from devtools.servers import REPO_ROOT, http_get, run_exporter
 from tests.exporter.jobstats_synth import write_server
 
+# Slow (runs the exporter's processes and scrapes them): not in `make check`.
+pytestmark = pytest.mark.slow
+
 SIZES = {"small": (1, 7), "medium": (3, 120), "large": (6, 900)}  # (targets, jobs per target)
 FLAG_SETS = {
     "default": [],

@@ -165,6 +165,7 @@ def test_a_hang_while_reading_ahead_is_killed_at_its_timeout(misbehave):
     _intact(third, THIRD)
 
 
+@pytest.mark.slow  # waits out timeouts: not in `make check`
 def test_the_timeout_counts_from_when_the_child_could_start_the_log(misbehave):
     misbehave(SECOND.name, on_open=lambda: time.sleep(0.2))  # slow, well within the timeout
     reading = read_darshan_logs_isolated([FIRST, SECOND], timeout=2.0)

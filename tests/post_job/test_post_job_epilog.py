@@ -339,6 +339,7 @@ def collect(paths, job):
 """
 
 
+@pytest.mark.slow  # waits out timeouts: not in `make check`
 def test_time_limit_ends_a_stuck_run(tmp_path: Path) -> None:
     (tmp_path / "slow_source.py").write_text(SLOW_SOURCE)
     (tmp_path / "in.report").write_text("x")

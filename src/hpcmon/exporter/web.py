@@ -307,7 +307,7 @@ class _Server(ThreadingHTTPServer):
     ssl_context: ssl.SSLContext | None = None
     connection_errors = _Throttled()
 
-    def get_request(self):  # type: ignore[override]
+    def get_request(self) -> tuple[socket.socket, Any]:
         sock, addr = super().get_request()
         if self.ssl_context is not None:
             # Handshake happens in the request thread, so a slow client cannot block accept().
@@ -316,7 +316,9 @@ class _Server(ThreadingHTTPServer):
             )
         return sock, addr
 
-    def handle_error(self, request, client_address) -> None:  # type: ignore[override]
+    def handle_error(
+        self, request: socket.socket | tuple[bytes, socket.socket], client_address: Any
+    ) -> None:
         """One rate-limited line instead of socketserver's traceback per connection."""
         exc = sys.exc_info()[1]
         what = "TLS handshake failed" if isinstance(exc, ssl.SSLError) else "connection failed"

@@ -361,16 +361,17 @@ def _sources(policy: str | None, measurements: Sequence[str]) -> str:
     return ", ".join(prefix + quote_identifier(m) for m in measurements if m != INDEX)
 
 
-def _typed(value: object, types: set[str] | None) -> FieldValue:
-    """A JSON value as the field it was written as: InfluxDB's JSON gives a float field's
-    2.0 as ``2``; a field with several types (one per shard) keeps its JSON type."""
+def _typed(value: FieldValue, types: set[str] | None) -> FieldValue:
+    """A JSON value (a field's: a scalar) as the field it was written as: InfluxDB's JSON
+    gives a float field's 2.0 as ``2``; a field with several types (one per shard) keeps its
+    JSON type."""
     if isinstance(value, bool | str) or not types:
-        return value  # type: ignore[return-value]
+        return value
     if len(types) == 1:
         cast = _CAST.get(next(iter(types)))
         if cast is not None and cast is not bool and cast is not str:
-            return cast(value)  # type: ignore[arg-type]
-    return value  # type: ignore[return-value]
+            return cast(value)
+    return value
 
 
 def _id_order(job_id: str) -> tuple[int, int, str]:

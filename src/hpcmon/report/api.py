@@ -219,8 +219,9 @@ def summary(job: JobData) -> dict:
             posix.counter(f"posix_f_{kind}_time") if posix else None
             for kind in ("meta", "read", "write")
         ]
-        if all(t is not None for t in times):
-            meta, io = times[0], sum(times)  # type: ignore[arg-type]
+        known = [t for t in times if t is not None]
+        if len(known) == len(times):
+            meta, io = known[0], sum(known)
             out["metadata_time_share"] = _f(meta / io) if io > 0 else None
     energy = None
     power = job.prometheus.power if job.prometheus else None

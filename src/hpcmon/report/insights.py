@@ -99,7 +99,8 @@ def _posix_counter(data: DarshanData, name: str) -> float | None:
 
 def _posix_counters(data: DarshanData, names: list[str]) -> float | None:
     values = [_posix_counter(data, name) for name in names]
-    return None if any(v is None for v in values) else float(sum(values))  # type: ignore[arg-type]
+    known = [v for v in values if v is not None]
+    return float(sum(known)) if len(known) == len(values) else None
 
 
 def _nansum(values: np.ndarray) -> float:

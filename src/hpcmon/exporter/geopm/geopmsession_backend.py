@@ -35,7 +35,8 @@ SOURCE = "geopmsession"
 RUN_SECONDS = 10 * 365 * 86400  # "-t": longer than any node stays up
 MAX_LINE = 1 << 20
 TIME_KEY = SignalKey("TIME", "board", 0)
-_EOF = object()
+# the child's stdout, line by line: (text, arrival), then None at its end
+_Lines = queue.Queue[tuple[str, float] | None]
 
 
 class TraceFormatError(ValueError):
@@ -163,7 +164,7 @@ class GeopmsessionBackend:
         self.env = env
         self.timeout = max(5.0, 5 * period)
         self._proc: subprocess.Popen[bytes] | None = None
-        self._lines: queue.Queue[object] = queue.Queue()
+        self._lines: _Lines = queue.Queue()
         self._stderr: collections.deque[str] = collections.deque(maxlen=20)
         self._parser = self._new_parser()
         self._pending: tuple[list[float], float] | None = None
@@ -247,7 +248,7 @@ class GeopmsessionBackend:
             if values is not None:  # no header: the first line was already a row
                 self._pending = (values, arrival)
 
-    def _pump_stdout(self, proc: subprocess.Popen[bytes], lines: queue.Queue[object]) -> None:
+    def _pump_stdout(self, proc: subprocess.Popen[bytes], lines: _Lines) -> None:
         assert proc.stdout is not None
         with contextlib.suppress(OSError, ValueError):
             while True:
@@ -255,7 +256,7 @@ class GeopmsessionBackend:
                 if not raw:
                     break
                 lines.put((raw.decode("utf-8", "replace"), time.monotonic()))
-        lines.put(_EOF)
+        lines.put(None)
 
     def _pump_stderr(self, proc: subprocess.Popen[bytes]) -> None:
         assert proc.stderr is not None
@@ -282,9 +283,9 @@ class GeopmsessionBackend:
             item = self._lines.get(timeout=max(0.0, remaining))
         except queue.Empty:
             raise BackendError(f"{self.path}: no output for {self.timeout:g} s") from None
-        if item is _EOF:
+        if item is None:
             raise BackendError(self._exit_message())
-        return item  # type: ignore[return-value]
+        return item
 
     # ------------------------------------------------------------ backend API
     def read(self) -> SampleBatch:

@@ -9,6 +9,7 @@ from the log (job start, or job start + k x bin width), so re-running writes the
 from __future__ import annotations
 
 import math
+from collections.abc import Set as AbstractSet
 from itertools import compress
 
 import numpy as np
@@ -69,7 +70,7 @@ def log_points(
     names: dict[int, str],
     top_records: int,
     *,
-    flagged: set[str] = frozenset(),  # type: ignore[assignment]
+    flagged: AbstractSet[str] = frozenset(),
     partial_modules: list[str] | None = None,
 ) -> list[Point]:
     """``flagged``: header fields found implausible (left out, listed in ``na_reasons``);
@@ -229,7 +230,10 @@ def _rank_points(signals: LogSignals, base_tags: dict[str, str], start_ns: int) 
 
 
 def _job_fields(
-    job: JobInfo, signals: LogSignals, flagged: set[str], partial_modules: list[str] | None
+    job: JobInfo,
+    signals: LogSignals,
+    flagged: AbstractSet[str],
+    partial_modules: list[str] | None,
 ) -> dict[str, int | float | str]:
     fields = _fields(signals.job)
     fields.update(

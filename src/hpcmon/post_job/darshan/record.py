@@ -261,9 +261,9 @@ def _plan(module: str, ints: tuple[str, ...], floats: tuple[str, ...]) -> tuple[
     p = prefix(module)
 
     def resolve(out: _Plan, name: str, counters: tuple[str, ...]) -> None:
-        found = [index.get(counter) for counter in counters]
-        if found and None not in found and len({kind for kind, _ in found}) == 1:  # type: ignore[misc]
-            out.append((name, found[0][0], tuple(i for _, i in found)))  # type: ignore[index,misc]
+        found = [index[counter] for counter in counters if counter in index]
+        if found and len(found) == len(counters) and len({kind for kind, _ in found}) == 1:
+            out.append((name, found[0][0], tuple(i for _, i in found)))
 
     every: _Plan = []
     shared: _Plan = []

@@ -664,10 +664,14 @@ class _Block:
             )
             unmonitored.append(np.logical_or.reduceat(timers == -1, plan.timer_starts))
             invalid.append(np.logical_or.reduceat(garbage, plan.timer_starts))
-        others = [_sum_columns(table, names) for names in plan.others]
-        self.others = [item.values for item in others]  # type: ignore[union-attr]
-        unmonitored += [item.unmonitored[None] for item in others]  # type: ignore[union-attr]
-        invalid += [item.invalid[None] for item in others]  # type: ignore[union-attr]
+        others: list[_Input] = []
+        for names in plan.others:
+            item = _sum_columns(table, names)
+            assert item is not None, names  # the plan's inputs are made of the table's counters
+            others.append(item)
+        self.others = [item.values for item in others]
+        unmonitored += [item.unmonitored[None] for item in others]
+        invalid += [item.invalid[None] for item in others]
         self.values = np.concatenate(
             [self.ints, self.timers, *(values[None] for values in self.others)], dtype=np.float64
         )
@@ -730,22 +734,23 @@ class _Inputs:
             return None
         if isinstance(names, str):
             names = (names,)
-        found = self.found.get(names, self)
-        if found is self:
-            row = self.plan.row.get(names)
-            if row is None:  # not an input of the formulas
-                found = _sum_columns(self.table, names)
-            elif len(self.blocks) == 1:
-                block = self.blocks[0]
-                found = _Input(block.typed(row), block.unmonitored[row], block.invalid[row])
-            else:
-                found = _Input(
-                    np.concatenate([block.typed(row) for block in self.blocks]),
-                    np.concatenate([block.unmonitored[row] for block in self.blocks]),
-                    np.concatenate([block.invalid[row] for block in self.blocks]),
-                )
-            self.found[names] = found
-        return found  # type: ignore[return-value]
+        if names in self.found:
+            return self.found[names]
+        row = self.plan.row.get(names)
+        found: _Input | None
+        if row is None:  # not an input of the formulas
+            found = _sum_columns(self.table, names)
+        elif len(self.blocks) == 1:
+            block = self.blocks[0]
+            found = _Input(block.typed(row), block.unmonitored[row], block.invalid[row])
+        else:
+            found = _Input(
+                np.concatenate([block.typed(row) for block in self.blocks]),
+                np.concatenate([block.unmonitored[row] for block in self.blocks]),
+                np.concatenate([block.invalid[row] for block in self.blocks]),
+            )
+        self.found[names] = found
+        return found
 
 
 def _not_available(rows: int, integer: bool = False) -> SignalColumn:
@@ -910,7 +915,11 @@ def _module_signals(
     values["write_iops"] = _scalar_ratio(writes, agg_time, "no_time")
     values["avg_read_size"] = _scalar_ratio(bytes_read, reads, "no_reads")
     values["avg_write_size"] = _scalar_ratio(bytes_written, writes, "no_writes")
-    moved = _first_na(bytes_read, bytes_written) or bytes_read + bytes_written  # type: ignore[operator]
+    moved: Value
+    if isinstance(bytes_read, NA) or isinstance(bytes_written, NA):
+        moved = _first_na(bytes_read, bytes_written)
+    else:
+        moved = bytes_read + bytes_written
     values["agg_time_by_slowest"] = agg_time
     values["agg_perf_by_slowest"] = _scalar_ratio(moved, agg_time, "no_time", 1 / MIB)
     values["total_bytes_read"] = bytes_read
@@ -946,13 +955,14 @@ def _totals(
     return sums, totals
 
 
-def _first_na(*values: Value) -> NA | None:
-    """The NA an operation on these values gives: not_available first, then the others."""
+def _first_na(*values: Value) -> NA:
+    """The NA an operation on these values (one of them NA, at least) gives: not_available
+    first, then the others."""
     missing = [value for value in values if isinstance(value, NA)]
     for value in missing:
         if value.reason == "not_available":
             return value
-    return missing[0] if missing else None
+    return missing[0]
 
 
 def _agg_time_by_slowest(table: ModuleTable, layout: Layout, io_time: np.ndarray) -> float | NA:
@@ -997,7 +1007,7 @@ def _agg_time_by_slowest(table: ModuleTable, layout: Layout, io_time: np.ndarray
 
 def _scalar_ratio(numerator: Value, denominator: Value, zero_reason: str, scale=1.0) -> Value:
     if isinstance(numerator, NA) or isinstance(denominator, NA):
-        return _first_na(numerator, denominator)  # type: ignore[return-value]
+        return _first_na(numerator, denominator)
     if denominator <= 0:
         return NA(zero_reason)
     ratio = float(numerator) * scale / float(denominator)

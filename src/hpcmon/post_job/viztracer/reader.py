@@ -133,9 +133,11 @@ def _base_time_ns(value: object) -> int | None:
 def _number(value: object) -> float:
     """A timestamp as the X branch checks it: a JSON number within range (strings, None and NaN
     raise TypeError or ValueError)."""
-    if not -MAX_MICROSECONDS < value < MAX_MICROSECONDS:  # type: ignore[operator]
+    if not isinstance(value, int | float):  # what the comparison raises TypeError for
+        raise TypeError("not a number")
+    if not -MAX_MICROSECONDS < value < MAX_MICROSECONDS:
         raise ValueError("out of range")
-    return float(value)  # type: ignore[arg-type]
+    return float(value)
 
 
 def _collect_events(events: list, trace: ViztracerTrace) -> None:
