@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, settings
 from xdist.remote import Producer
 from xdist.scheduler import LoadScopeScheduling
 
+from hpcmon.post_job.spool_format import DEFAULT_SPOOL_DIR
 from tests import servers
 
 # Property tests: deterministic by default (CI and `make test`: fixed seed, no example database
@@ -40,6 +41,16 @@ def _restore_root_logging() -> Iterator[None]:
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _host_spool_left_alone() -> Iterator[None]:
+    """Every test that runs the post-job hook gives it a spool of its own: the host's default
+    spool directory is never created by the suite."""
+    host_spool = Path(DEFAULT_SPOOL_DIR)
+    existed = host_spool.exists()
+    yield
+    assert existed or not host_spool.exists(), f"a test wrote into the host's {host_spool}"
 
 
 @pytest.fixture(scope="session")

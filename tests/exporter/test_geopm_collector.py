@@ -235,7 +235,7 @@ def test_any_signal_names_pass_promtool(signals: list, separator: str) -> None:
     assert result.returncode == 0, (signals, result.stdout + result.stderr)
 
 
-def test_scrapes_during_sampling_see_whole_snapshots() -> None:
+def test_scrapes_during_sampling_see_whole_snapshots(tmp_path: Path) -> None:
     """Every value of one scrape comes from the same read, whatever the sampler does meanwhile."""
 
     class Stepping:
@@ -254,8 +254,10 @@ def test_scrapes_during_sampling_see_whole_snapshots() -> None:
             samples = [Sample(k, 10.0 * self.step, True, "joules") for k in keys]
             return SampleBatch("powercap", float(self.step), 0, samples)
 
-    collector = GeopmCollector(parse(["--geopm.backend", "powercap"]))
-    collector.sampler = Sampler([Stepping()], 0.01)
+    collector = GeopmCollector(
+        parse(["--geopm.backend", "powercap", "--path.sysfs", str(tmp_path)])
+    )
+    collector.sampler = Sampler([Stepping()], 0.01)  # the zones are this stand-in's, not a sysfs
     collector.sampler.sample_once()
     collector.sampler.sample_once()  # two reads: power is there from now on
     bodies: list[bytes] = []
