@@ -78,7 +78,7 @@ def test_every_metric_the_dashboards_and_rules_use_is_in_the_reference() -> None
 
 def test_every_alert_is_in_the_reference() -> None:
     page = (REFERENCE / "rules.md").read_text()
-    assert ALERT_NAMES
+    assert len(ALERT_NAMES) > 0  # the check below is not vacuous
     assert [name for name in ALERT_NAMES if f"### {name}\n" not in page] == []
 
 

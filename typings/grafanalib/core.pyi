@@ -1,7 +1,7 @@
 # Hand-written stub of grafanalib 0.7.1's API (Apache-2.0) for the type checker: the attrs
 # classes of grafanalib.core that hpcmon uses, with their fields as keyword arguments.
 import builtins
-from typing import Any, Literal, Self, TypeAlias
+from typing import Any, Literal, Self, TypeAlias, TypedDict, Unpack
 
 DASHBOARD_TYPE: TypeAlias = Literal["dashboards", "link"]
 DASHBOARD_LINK_ICON: TypeAlias = Literal[
@@ -215,6 +215,148 @@ class Dashboard:
     def auto_panel_ids(self) -> Self: ...
     def to_json_data(self) -> dict[str, Any]: ...
 
+# Each panel's __init__ takes its fields as keywords (PEP 692): Panel's in _PanelArgs, a
+# subclass's own in a TypedDict that extends it. No panel field is required (all have defaults).
+class _PanelCommonArgs(TypedDict, total=False):
+    dataSource: _DataSource | None
+    targets: list[Any]
+    title: str
+    cacheTimeout: str | None
+    description: str | None
+    editable: bool
+    error: bool
+    height: Any
+    gridPos: GridPos | None
+    hideTimeOverride: bool
+    id: int | None
+    interval: str | None
+    links: list[Any]
+    maxDataPoints: int | None
+    minSpan: int | None
+    repeat: Repeat
+    span: int | None
+    thresholdType: str
+    timeFrom: str | None
+    timeShift: str | None
+    transparent: bool
+    transformations: list[dict[str, Any]]
+    extraJson: dict[str, Any] | None
+
+# Panel's fields; `thresholds` stands apart because Stat retypes it.
+class _PanelArgs(_PanelCommonArgs, total=False):
+    thresholds: list[Any]
+
+class _RowPanelArgs(_PanelArgs, total=False):
+    panels: list[Panel]
+    collapsed: bool
+
+class _TimeSeriesArgs(_PanelArgs, total=False):
+    axisPlacement: str
+    axisLabel: str
+    barAlignment: int
+    colorMode: str
+    drawStyle: str
+    fillOpacity: int
+    gradientMode: str
+    legendDisplayMode: str
+    legendPlacement: str
+    legendCalcs: list[str]
+    lineInterpolation: str
+    lineWidth: int
+    mappings: list[Any]
+    overrides: list[Any]
+    pointSize: int
+    scaleDistributionType: str
+    scaleDistributionLog: int
+    spanNulls: bool
+    showPoints: str
+    stacking: dict[str, Any]
+    tooltipMode: str
+    tooltipSort: str
+    unit: str
+    thresholdsStyleMode: str
+    valueMin: int | None
+    valueMax: int | None
+    valueDecimals: int | None
+    axisSoftMin: int | None
+    axisSoftMax: int | None
+
+class _StatArgs(_PanelCommonArgs, total=False):
+    alignment: str
+    color: dict[str, Any] | None
+    colorMode: str
+    decimals: int | None
+    format: str
+    graphMode: str
+    mappings: list[Any]
+    noValue: str
+    orientation: str
+    overrides: list[Any]
+    reduceCalc: str
+    fields: str
+    textMode: str
+    # Stat redefines `thresholds` with the default "" (a list of steps is what Grafana reads).
+    thresholds: list[Any] | str
+
+class _TableArgs(_PanelArgs, total=False):
+    align: str
+    colorMode: str
+    columns: list[Any]
+    displayMode: str
+    fontSize: str
+    filterable: bool
+    mappings: list[Any]
+    overrides: list[Any]
+    showHeader: bool
+    unit: str
+    sortBy: list[Any]
+
+class _BarGaugeArgs(_PanelArgs, total=False):
+    allValues: bool
+    calc: str
+    dataLinks: list[Any]
+    decimals: int | None
+    displayMode: Literal["lcd", "basic", "gradient"]
+    format: str
+    label: str | None
+    limit: int | None
+    max: float
+    min: float
+    orientation: Literal["horizontal", "vertical", "auto"]
+    rangeMaps: list[Any]
+    thresholdLabels: bool
+    thresholdMarkers: bool
+    valueMaps: list[Any]
+
+class _PieChartv2Args(_PanelArgs, total=False):
+    custom: dict[str, Any]
+    colorMode: str
+    legendDisplayMode: str
+    legendPlacement: str
+    legendValues: list[str]
+    mappings: list[Any]
+    overrides: list[Any]
+    pieType: str
+    reduceOptionsCalcs: list[str]
+    reduceOptionsFields: str
+    reduceOptionsValues: bool
+    tooltipMode: str
+    unit: str
+
+class _StateTimelineArgs(_PanelArgs, total=False):
+    alignValue: str
+    colorMode: str
+    fillOpacity: int
+    legendDisplayMode: str
+    legendPlacement: str
+    lineWidth: int
+    mappings: list[Any]
+    overrides: list[Any]
+    mergeValues: bool
+    rowHeight: float
+    showValue: str
+    tooltipMode: str
+
 class Panel:
     dataSource: _DataSource | None
     targets: list[Any]
@@ -240,69 +382,13 @@ class Panel:
     transparent: bool
     transformations: list[dict[str, Any]]
     extraJson: dict[str, Any] | None
-    def __init__(
-        self,
-        *,
-        dataSource: _DataSource | None = None,
-        targets: list[Any] = ...,
-        title: str = "",
-        cacheTimeout: str | None = None,
-        description: str | None = None,
-        editable: bool = True,
-        error: bool = False,
-        height: Any = None,
-        gridPos: GridPos | None = None,
-        hideTimeOverride: bool = False,
-        id: int | None = None,
-        interval: str | None = None,
-        links: list[Any] = ...,
-        maxDataPoints: int | None = 100,
-        minSpan: int | None = None,
-        repeat: Repeat = ...,
-        span: int | None = None,
-        thresholds: list[Any] = ...,
-        thresholdType: str = "absolute",
-        timeFrom: str | None = None,
-        timeShift: str | None = None,
-        transparent: bool = False,
-        transformations: list[dict[str, Any]] = ...,
-        extraJson: dict[str, Any] | None = None,
-    ) -> None: ...
+    def __init__(self, **kwargs: Unpack[_PanelArgs]) -> None: ...
     def panel_json(self, overrides: dict[str, Any] | None) -> dict[str, Any]: ...
 
 class RowPanel(Panel):
     panels: list[Panel]
     collapsed: bool
-    def __init__(
-        self,
-        *,
-        dataSource: _DataSource | None = None,
-        targets: list[Any] = ...,
-        title: str = "",
-        cacheTimeout: str | None = None,
-        description: str | None = None,
-        editable: bool = True,
-        error: bool = False,
-        height: Any = None,
-        gridPos: GridPos | None = None,
-        hideTimeOverride: bool = False,
-        id: int | None = None,
-        interval: str | None = None,
-        links: list[Any] = ...,
-        maxDataPoints: int | None = 100,
-        minSpan: int | None = None,
-        repeat: Repeat = ...,
-        span: int | None = None,
-        thresholds: list[Any] = ...,
-        thresholdType: str = "absolute",
-        timeFrom: str | None = None,
-        timeShift: str | None = None,
-        transparent: bool = False,
-        transformations: list[dict[str, Any]] = ...,
-        extraJson: dict[str, Any] | None = None,
-        panels: list[Panel] = ...,
-        collapsed: bool = False,
-    ) -> None: ...
+    def __init__(self, **kwargs: Unpack[_RowPanelArgs]) -> None: ...
     def to_json_data(self) -> dict[str, Any]: ...
 
 class TimeSeries(Panel):
@@ -335,63 +421,7 @@ class TimeSeries(Panel):
     valueDecimals: int | None
     axisSoftMin: int | None
     axisSoftMax: int | None
-    def __init__(
-        self,
-        *,
-        dataSource: _DataSource | None = None,
-        targets: list[Any] = ...,
-        title: str = "",
-        cacheTimeout: str | None = None,
-        description: str | None = None,
-        editable: bool = True,
-        error: bool = False,
-        height: Any = None,
-        gridPos: GridPos | None = None,
-        hideTimeOverride: bool = False,
-        id: int | None = None,
-        interval: str | None = None,
-        links: list[Any] = ...,
-        maxDataPoints: int | None = 100,
-        minSpan: int | None = None,
-        repeat: Repeat = ...,
-        span: int | None = None,
-        thresholds: list[Any] = ...,
-        thresholdType: str = "absolute",
-        timeFrom: str | None = None,
-        timeShift: str | None = None,
-        transparent: bool = False,
-        transformations: list[dict[str, Any]] = ...,
-        extraJson: dict[str, Any] | None = None,
-        axisPlacement: str = "auto",
-        axisLabel: str = "",
-        barAlignment: int = 0,
-        colorMode: str = "palette-classic",
-        drawStyle: str = "line",
-        fillOpacity: int = 0,
-        gradientMode: str = "none",
-        legendDisplayMode: str = "list",
-        legendPlacement: str = "bottom",
-        legendCalcs: list[str] = ...,
-        lineInterpolation: str = "linear",
-        lineWidth: int = 1,
-        mappings: list[Any] = ...,
-        overrides: list[Any] = ...,
-        pointSize: int = 5,
-        scaleDistributionType: str = "linear",
-        scaleDistributionLog: int = 2,
-        spanNulls: bool = False,
-        showPoints: str = "auto",
-        stacking: dict[str, Any] = ...,
-        tooltipMode: str = "single",
-        tooltipSort: str = "none",
-        unit: str = "",
-        thresholdsStyleMode: str = "off",
-        valueMin: int | None = None,
-        valueMax: int | None = None,
-        valueDecimals: int | None = None,
-        axisSoftMin: int | None = None,
-        axisSoftMax: int | None = None,
-    ) -> None: ...
+    def __init__(self, **kwargs: Unpack[_TimeSeriesArgs]) -> None: ...
     def to_json_data(self) -> dict[str, Any]: ...
 
 class Stat(Panel):
@@ -408,48 +438,7 @@ class Stat(Panel):
     reduceCalc: str
     fields: str
     textMode: str
-    # Stat redefines `thresholds` with the default "" (a list of steps is what Grafana reads).
-    def __init__(
-        self,
-        *,
-        dataSource: _DataSource | None = None,
-        targets: list[Any] = ...,
-        title: str = "",
-        cacheTimeout: str | None = None,
-        description: str | None = None,
-        editable: bool = True,
-        error: bool = False,
-        height: Any = None,
-        gridPos: GridPos | None = None,
-        hideTimeOverride: bool = False,
-        id: int | None = None,
-        interval: str | None = None,
-        links: list[Any] = ...,
-        maxDataPoints: int | None = 100,
-        minSpan: int | None = None,
-        repeat: Repeat = ...,
-        span: int | None = None,
-        thresholdType: str = "absolute",
-        timeFrom: str | None = None,
-        timeShift: str | None = None,
-        transparent: bool = False,
-        transformations: list[dict[str, Any]] = ...,
-        extraJson: dict[str, Any] | None = None,
-        alignment: str = "auto",
-        color: dict[str, Any] | None = None,
-        colorMode: str = "value",
-        decimals: int | None = None,
-        format: str = "none",
-        graphMode: str = "area",
-        mappings: list[Any] = ...,
-        noValue: str = "none",
-        orientation: str = "auto",
-        overrides: list[Any] = ...,
-        reduceCalc: str = "mean",
-        fields: str = "",
-        textMode: str = "auto",
-        thresholds: list[Any] | str = "",
-    ) -> None: ...
+    def __init__(self, **kwargs: Unpack[_StatArgs]) -> None: ...
     def to_json_data(self) -> dict[str, Any]: ...
 
 class Table(Panel):
@@ -464,45 +453,7 @@ class Table(Panel):
     showHeader: bool
     unit: str
     sortBy: list[Any]
-    def __init__(
-        self,
-        *,
-        dataSource: _DataSource | None = None,
-        targets: list[Any] = ...,
-        title: str = "",
-        cacheTimeout: str | None = None,
-        description: str | None = None,
-        editable: bool = True,
-        error: bool = False,
-        height: Any = None,
-        gridPos: GridPos | None = None,
-        hideTimeOverride: bool = False,
-        id: int | None = None,
-        interval: str | None = None,
-        links: list[Any] = ...,
-        maxDataPoints: int | None = 100,
-        minSpan: int | None = None,
-        repeat: Repeat = ...,
-        span: int | None = None,
-        thresholds: list[Any] = ...,
-        thresholdType: str = "absolute",
-        timeFrom: str | None = None,
-        timeShift: str | None = None,
-        transparent: bool = False,
-        transformations: list[dict[str, Any]] = ...,
-        extraJson: dict[str, Any] | None = None,
-        align: str = "auto",
-        colorMode: str = "thresholds",
-        columns: list[Any] = ...,
-        displayMode: str = "auto",
-        fontSize: str = "100%",
-        filterable: bool = False,
-        mappings: list[Any] = ...,
-        overrides: list[Any] = ...,
-        showHeader: bool = True,
-        unit: str = "",
-        sortBy: list[Any] = ...,
-    ) -> None: ...
+    def __init__(self, **kwargs: Unpack[_TableArgs]) -> None: ...
     def to_json_data(self) -> dict[str, Any]: ...
 
 class BarGauge(Panel):
@@ -521,49 +472,7 @@ class BarGauge(Panel):
     thresholdLabels: bool
     thresholdMarkers: bool
     valueMaps: list[Any]
-    def __init__(
-        self,
-        *,
-        dataSource: _DataSource | None = None,
-        targets: list[Any] = ...,
-        title: str = "",
-        cacheTimeout: str | None = None,
-        description: str | None = None,
-        editable: bool = True,
-        error: bool = False,
-        height: Any = None,
-        gridPos: GridPos | None = None,
-        hideTimeOverride: bool = False,
-        id: int | None = None,
-        interval: str | None = None,
-        links: list[Any] = ...,
-        maxDataPoints: int | None = 100,
-        minSpan: int | None = None,
-        repeat: Repeat = ...,
-        span: int | None = None,
-        thresholdType: str = "absolute",
-        timeFrom: str | None = None,
-        timeShift: str | None = None,
-        transparent: bool = False,
-        transformations: list[dict[str, Any]] = ...,
-        extraJson: dict[str, Any] | None = None,
-        allValues: bool = False,
-        calc: str = "mean",
-        dataLinks: list[Any] = ...,
-        decimals: int | None = None,
-        displayMode: Literal["lcd", "basic", "gradient"] = "lcd",
-        format: str = "none",
-        label: str | None = None,
-        limit: int | None = None,
-        max: float = 100,
-        min: float = 0,
-        orientation: Literal["horizontal", "vertical", "auto"] = "horizontal",
-        rangeMaps: list[Any] = ...,
-        thresholdLabels: bool = False,
-        thresholdMarkers: bool = True,
-        thresholds: list[Any] = ...,
-        valueMaps: list[Any] = ...,
-    ) -> None: ...
+    def __init__(self, **kwargs: Unpack[_BarGaugeArgs]) -> None: ...
     def to_json_data(self) -> dict[str, Any]: ...
 
 class PieChartv2(Panel):
@@ -580,47 +489,7 @@ class PieChartv2(Panel):
     reduceOptionsValues: bool
     tooltipMode: str
     unit: str
-    def __init__(
-        self,
-        *,
-        dataSource: _DataSource | None = None,
-        targets: list[Any] = ...,
-        title: str = "",
-        cacheTimeout: str | None = None,
-        description: str | None = None,
-        editable: bool = True,
-        error: bool = False,
-        height: Any = None,
-        gridPos: GridPos | None = None,
-        hideTimeOverride: bool = False,
-        id: int | None = None,
-        interval: str | None = None,
-        links: list[Any] = ...,
-        maxDataPoints: int | None = 100,
-        minSpan: int | None = None,
-        repeat: Repeat = ...,
-        span: int | None = None,
-        thresholds: list[Any] = ...,
-        thresholdType: str = "absolute",
-        timeFrom: str | None = None,
-        timeShift: str | None = None,
-        transparent: bool = False,
-        transformations: list[dict[str, Any]] = ...,
-        extraJson: dict[str, Any] | None = None,
-        custom: dict[str, Any] = ...,
-        colorMode: str = "palette-classic",
-        legendDisplayMode: str = "list",
-        legendPlacement: str = "bottom",
-        legendValues: list[str] = ...,
-        mappings: list[Any] = ...,
-        overrides: list[Any] = ...,
-        pieType: str = "pie",
-        reduceOptionsCalcs: list[str] = ...,
-        reduceOptionsFields: str = "",
-        reduceOptionsValues: bool = False,
-        tooltipMode: str = "single",
-        unit: str = "",
-    ) -> None: ...
+    def __init__(self, **kwargs: Unpack[_PieChartv2Args]) -> None: ...
     def to_json_data(self) -> dict[str, Any]: ...
 
 class StateTimeline(Panel):
@@ -636,46 +505,7 @@ class StateTimeline(Panel):
     rowHeight: float
     showValue: str
     tooltipMode: str
-    def __init__(
-        self,
-        *,
-        dataSource: _DataSource | None = None,
-        targets: list[Any] = ...,
-        title: str = "",
-        cacheTimeout: str | None = None,
-        description: str | None = None,
-        editable: bool = True,
-        error: bool = False,
-        height: Any = None,
-        gridPos: GridPos | None = None,
-        hideTimeOverride: bool = False,
-        id: int | None = None,
-        interval: str | None = None,
-        links: list[Any] = ...,
-        maxDataPoints: int | None = 100,
-        minSpan: int | None = None,
-        repeat: Repeat = ...,
-        span: int | None = None,
-        thresholds: list[Any] = ...,
-        thresholdType: str = "absolute",
-        timeFrom: str | None = None,
-        timeShift: str | None = None,
-        transparent: bool = False,
-        transformations: list[dict[str, Any]] = ...,
-        extraJson: dict[str, Any] | None = None,
-        alignValue: str = "left",
-        colorMode: str = "thresholds",
-        fillOpacity: int = 70,
-        legendDisplayMode: str = "list",
-        legendPlacement: str = "bottom",
-        lineWidth: int = 0,
-        mappings: list[Any] = ...,
-        overrides: list[Any] = ...,
-        mergeValues: bool = True,
-        rowHeight: float = 0.9,
-        showValue: str = "auto",
-        tooltipMode: str = "single",
-    ) -> None: ...
+    def __init__(self, **kwargs: Unpack[_StateTimelineArgs]) -> None: ...
     def to_json_data(self) -> dict[str, Any]: ...
 
 def __getattr__(name: str) -> Any: ...
