@@ -431,6 +431,7 @@ def _started(
     extra_lines: str,
     env: Mapping[str, str],
     cluster_name: str,
+    node_prefix: str,
 ) -> Iterator[SlurmCluster]:
     """One attempt: a cluster in a new directory, stopped and removed at exit."""
     with _workdir("hpcmon-slurm-") as workdir:
@@ -440,7 +441,7 @@ def _started(
         (workdir / "jobs").mkdir()
         (workdir / "jobs").chmod(0o1777)
         conf_path = workdir / "slurm.conf"
-        node_names = [f"n{i}" for i in range(1, nodes + 1)]
+        node_names = [f"{node_prefix}{i}" for i in range(1, nodes + 1)]
         cluster = SlurmCluster(
             workdir=workdir,
             conf_path=conf_path,
@@ -480,10 +481,12 @@ def run_slurm(
     env: Mapping[str, str] | None = None,
     proctrack: str | None = None,
     cluster_name: str = "hpcmon",
+    node_prefix: str = "n",
 ) -> Iterator[SlurmCluster]:
-    """munged, slurmctld and ``nodes`` slurmd (n1, n2, ...) on loopback, every node idle in
-    one default partition ``debug``; all stopped, and their directory removed, at exit, also
-    after a failed start.
+    """munged, slurmctld and ``nodes`` slurmd (n1, n2, ...: ``node_prefix`` and a number) on
+    loopback, every node idle in one default partition ``debug``; all stopped, and their
+    directory removed, at exit, also after a failed start. slurmd keeps a job's cgroups under
+    its node's name (slurm_<node>/): two Slurms on one host with other node names never meet.
 
     ``epilog``: the executable slurmd runs as root on each node of a job once it ends (with
     Slurm's own environment, not ``env``, which goes to the daemons and clients);
@@ -509,7 +512,9 @@ def run_slurm(
     started = False
     for plugin in candidates:
         try:
-            with _started(plugin, nodes, settings, extra_lines, daemon_env, cluster_name) as c:
+            with _started(
+                plugin, nodes, settings, extra_lines, daemon_env, cluster_name, node_prefix
+            ) as c:
                 started = True
                 log.info("Slurm cluster up: %s, proctrack/%s", c.conf_path, plugin)
                 yield c
