@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hpcmon.common.fields import every_known
 from hpcmon.dashboards.uids import JOB_UID  # the job dashboard's stable uid (plain constants)
 from hpcmon.report.darshan_log import darshan_from_logs
 from hpcmon.report.history import DEFAULT_RUNS, history_json, read_history
@@ -219,8 +220,8 @@ def summary(job: JobData) -> dict:
             posix.counter(f"posix_f_{kind}_time") if posix else None
             for kind in ("meta", "read", "write")
         ]
-        known = [t for t in times if t is not None]
-        if len(known) == len(times):
+        known = every_known(times)
+        if known is not None:
             meta, io = known[0], sum(known)
             out["metadata_time_share"] = _f(meta / io) if io > 0 else None
     energy = None

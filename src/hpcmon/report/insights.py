@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hpcmon.common.fields import every_known
 from hpcmon.post_job.darshan.record import RANK_IMBALANCE, SLOW_METADATA_SECONDS
 from hpcmon.report.model import DarshanData, FileTable, JobData, Series
 from hpcmon.report.prometheus import integral
@@ -98,9 +99,8 @@ def _posix_counter(data: DarshanData, name: str) -> float | None:
 
 
 def _posix_counters(data: DarshanData, names: list[str]) -> float | None:
-    values = [_posix_counter(data, name) for name in names]
-    known = [v for v in values if v is not None]
-    return float(sum(known)) if len(known) == len(values) else None
+    known = every_known(_posix_counter(data, name) for name in names)
+    return None if known is None else float(sum(known))
 
 
 def _nansum(values: np.ndarray) -> float:

@@ -19,6 +19,7 @@ import re
 
 import numpy as np
 
+from hpcmon.common.fields import every_known
 from hpcmon.post_job.darshan.model import ModuleTable
 from hpcmon.post_job.darshan.signals import (
     LAYOUTS,
@@ -261,8 +262,8 @@ def _plan(module: str, ints: tuple[str, ...], floats: tuple[str, ...]) -> tuple[
     p = prefix(module)
 
     def resolve(out: _Plan, name: str, counters: tuple[str, ...]) -> None:
-        found = [index[counter] for counter in counters if counter in index]
-        if found and len(found) == len(counters) and len({kind for kind, _ in found}) == 1:
+        found = every_known(index.get(counter) for counter in counters)
+        if found and len({kind for kind, _ in found}) == 1:
             out.append((name, found[0][0], tuple(i for _, i in found)))
 
     every: _Plan = []

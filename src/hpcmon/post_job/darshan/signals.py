@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hpcmon.common.fields import every_known
 from hpcmon.post_job.darshan.model import DarshanLog, HeatmapRecord, ModuleTable
 
 MIB = 1024.0 * 1024.0
@@ -413,9 +414,8 @@ def invalid_timer(column: np.ndarray) -> np.ndarray:
 
 def _sum_columns(table: ModuleTable, names: tuple[str, ...]) -> _Input | None:
     """Sum of the named counters per row (garbage timers as 0); None if the log lacks one."""
-    found = [table.column(name) for name in names]
-    columns = [column for column in found if column is not None]
-    if len(columns) < len(found):
+    columns = every_known(table.column(name) for name in names)
+    if columns is None:
         return None
     if len(columns) == 1 and not is_timer(names[0]):
         return _Input(columns[0], columns[0] == -1)
@@ -971,13 +971,12 @@ def _agg_time_by_slowest(table: ModuleTable, layout: Layout, io_time: np.ndarray
     NA(not_available) when the module has no read/write timers."""
     if layout.read_time is None and layout.write_time is None:
         return NA("not_available")
-    columns = [
+    timers = every_known(
         table.column(name)
         for name in (layout.read_time, layout.write_time, layout.meta_time)
         if name is not None
-    ]
-    timers = [timer for timer in columns if timer is not None]
-    if len(timers) < len(columns):
+    )
+    if timers is None:
         return NA("not_available")
     shared = table.ranks < 0
     slowest = table.column(layout.slowest_rank_time) if layout.slowest_rank_time else None
