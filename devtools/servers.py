@@ -524,21 +524,19 @@ def own_host_trees(args: Sequence[str], workdir: Path) -> list[str]:
     return flags
 
 
-@contextlib.contextmanager
-def run_exporter(
+def start_exporter(
     args: Sequence[str],
     workdir: Path,
-    timeout: float = 30.0,
     env: Mapping[str, str] | None = None,
     log_name: str = "exporter.log",
-) -> Iterator[ExporterProcess]:
-    """``python -m hpcmon.exporter ARGS`` on a free port, with `env` added to its environment
-    (e.g. a Slurm cluster's SLURM_CONF); its output in workdir/`log_name`. The exporter reads
-    the host's /proc, /sys and cgroups only where ARGS name them: each tree ARGS leave out is an
-    empty one of its own, so a Slurm job or a RAPL zone of this machine never shows up."""
+) -> ExporterProcess:
+    """``python -m hpcmon.exporter ARGS`` started on a free port (not waited for), with `env`
+    added to its environment (e.g. a Slurm cluster's SLURM_CONF); its output in
+    workdir/`log_name`. The exporter reads the host's /proc, /sys and cgroups only where ARGS
+    name them: each tree ARGS leave out is an empty one of its own, so a Slurm job or a RAPL
+    zone of this machine never shows up."""
     port = free_port()
     log_path = workdir / log_name
-    args = [*own_host_trees(args, workdir), *args]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [
@@ -547,6 +545,7 @@ def run_exporter(
                 "-m",
                 "hpcmon.exporter",
                 f"--web.listen-address=127.0.0.1:{port}",
+                *own_host_trees(args, workdir),
                 *args,
             ],
             stdout=log,
@@ -554,8 +553,21 @@ def run_exporter(
             cwd=REPO_ROOT,
             env={**loopback_env(), **(env or {})},
         )
+    return ExporterProcess(proc, port, log_path)
+
+
+@contextlib.contextmanager
+def run_exporter(
+    args: Sequence[str],
+    workdir: Path,
+    timeout: float = 30.0,
+    env: Mapping[str, str] | None = None,
+    log_name: str = "exporter.log",
+) -> Iterator[ExporterProcess]:
+    """An exporter of `start_exporter`, once it listens; stopped when the block ends."""
+    exporter = start_exporter(args, workdir, env, log_name)
     try:
-        wait_port(port, proc, log_path, timeout)
-        yield ExporterProcess(proc, port, log_path)
+        wait_port(exporter.port, exporter.proc, exporter.log_path, timeout)
+        yield exporter
     finally:
-        stop_process(proc)
+        stop_process(exporter.proc)

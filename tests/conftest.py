@@ -120,8 +120,9 @@ SLOWEST_FIRST = (
 )
 
 
-def schedule_scope(module: str) -> str:
-    """The unit of work of a test in `module` (its path from the repository's root)."""
+def schedule_scope(nodeid: str) -> str:
+    """The unit of work of a test: its module (path from the repository's root), or "slurm"."""
+    module = nodeid.split("::", 1)[0]
     return "slurm" if Path(module).name in SLURM_MODULES else module
 
 
@@ -129,7 +130,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> LoadSco
 
     class ModuleScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return schedule_scope(nodeid.split("::", 1)[0])
+            return schedule_scope(nodeid)
 
     return ModuleScheduling(config, log)
 
@@ -141,4 +142,4 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {scope: place for place, scope in enumerate(SLOWEST_FIRST)}
-    items.sort(key=lambda item: rank.get(schedule_scope(item.nodeid.split("::", 1)[0]), len(rank)))
+    items.sort(key=lambda item: rank.get(schedule_scope(item.nodeid), len(rank)))

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -14,14 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from devtools.replay import _Section, load_sections
-from devtools.servers import (
-    REPO_ROOT,
-    ExporterProcess,
-    free_port,
-    loopback_env,
-    own_host_trees,
-    wait_port,
-)
+from devtools.servers import ExporterProcess, start_exporter, wait_port
 from hpcmon.common.process import stop_process
 
 DATA = Path(__file__).parent / "data"
@@ -50,16 +41,7 @@ def run_exporters(arg_lists: Sequence[list[str]], workdir: Path) -> Iterator[lis
     started: list[ExporterProcess] = []
     try:
         for index, args in enumerate(arg_lists):
-            port = free_port()
-            log_path = workdir / f"exporter-{index}.log"
-            with open(log_path, "wb") as log:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "hpcmon.exporter",
-                     f"--web.listen-address=127.0.0.1:{port}",
-                     *own_host_trees(args, workdir / f"exporter-{index}"), *args],
-                    stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=loopback_env(),
-                )  # fmt: skip
-            started.append(ExporterProcess(proc, port, log_path))
+            started.append(start_exporter(args, workdir, log_name=f"exporter-{index}.log"))
         for exporter in started:
             wait_port(exporter.port, exporter.proc, exporter.log_path, timeout=60)
         yield started

@@ -137,7 +137,7 @@ def test_promtool_check_rules_catches_a_broken_rule(tmp_path: Path) -> None:
     assert _promtool("check", "rules", *files, cwd=tmp_path).returncode != 0
 
 
-@pytest.mark.slow  # waits out timeouts: not in `make check`
+@pytest.mark.slow  # promtool evaluates 25 h of samples: not in `make check`
 def test_target_io_spike(tmp_path: Path, config) -> None:
     """25 h at 100 MiB/s, then 15 min at a spike, then back. The spike to 1.5 GiB/s fires;
     0.99 GiB/s (>= 4x but under 1 GiB/s), 1.5 GiB/s on a 400 MiB/s baseline (3.75x) and

@@ -320,7 +320,7 @@ def test_replayed_trace_without_header(tmp_path: Path) -> None:
         star.open()
 
 
-@pytest.mark.slow  # waits out timeouts: not in `make check`
+@pytest.mark.slow  # waits out the restart backoff: not in `make check`
 def test_restart_with_backoff_keeps_counters_monotone(tmp_path: Path) -> None:
     env = stand_in_env(tmp_path, GEOPM_STANDIN_EXIT_AFTER="3")
     sampler = Sampler([GeopmsessionBackend(str(SESSION_STANDIN), REQUESTS, 0.1, env)], 0.1)

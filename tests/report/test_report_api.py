@@ -151,7 +151,7 @@ _row = st.dictionaries(_names, _value, max_size=10).map(
         }
     )
 )
-@pytest.mark.slow  # waits out timeouts: not in `make check`
+@pytest.mark.slow  # renders a report for every generated set of rows: not in `make check`
 def test_hostile_rows_never_break_the_report(rows) -> None:
     job = JobData("1")
     try:
